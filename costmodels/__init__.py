@@ -1,0 +1,40 @@
+"""commscope's cost models: symbolic alpha-beta-gamma models of collective communication.
+
+Pure math (numpy, sympy, scipy); never imports torch, streamlit or plotly.
+
+>>> import costmodels as cm
+>>> c = cm.collective("ring_allreduce")
+>>> round(c.time(n=2**20, p=8, env=cm.environment("10GbE")) * 1e3, 3)  # milliseconds
+1.841
+"""
+
+from __future__ import annotations
+
+from .analysis import Cheapest, Crossover, cheapest, crossover, crossover_expr
+from .collectives import COLLECTIVES, PRIMITIVES, Collective, Domain, Param, collective, collectives, lower_bound
+from .environment import Environment
+from .errors import CommscopeError, DomainError, UnknownNameError
+from .nccl_tests import algbw, busbw, busbw_factor
+from .presets import PRESETS
+from .registry import Registry
+from .units import format_size, parse_size, size_range
+
+
+def environments() -> list[str]:
+    """Names of the preset environments."""
+    return PRESETS.names()
+
+
+def environment(name: str) -> Environment:
+    """A preset environment by name (case-insensitive), or an environment JSON file by path."""
+    if name not in PRESETS and (name.endswith(".json") or "/" in name):
+        return Environment.load(name)
+    return PRESETS.get(name)
+
+
+__all__ = [
+    "COLLECTIVES", "PRESETS", "PRIMITIVES", "Cheapest", "Collective", "CommscopeError", "Crossover",
+    "Domain", "DomainError", "Environment", "Param", "Registry", "UnknownNameError", "algbw", "busbw",
+    "busbw_factor", "cheapest", "collective", "collectives", "crossover", "crossover_expr",
+    "environment", "environments", "format_size", "lower_bound", "parse_size", "size_range",
+]

@@ -1,0 +1,63 @@
+"""Turning a sympy cost expression into a fast vectorized numpy function.
+
+Most alpha-beta-gamma models are affine in the message size: ``T = A(p, env) + B(p, env) n``.
+For those we lambdify ``A`` and ``B`` separately (with common-subexpression elimination) and
+evaluate ``B * n + A`` with one multiplication and one in-place addition over the broadcast
+shape: the work over the large (n, p) grid is two passes, whatever the formula. Other
+expressions (pipelined trees, piecewise models) are lambdified whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import sympy as sp
+
+from .symbols import lg
+
+_MODULES: list[Any] = [{"lg": np.log2}, "numpy"]
+
+
+@dataclass(frozen=True)
+class CompiledExpr:
+    """``expr`` as a numpy function of ``args`` (the message size symbol is ``size``)."""
+
+    expr: sp.Expr
+    args: tuple[sp.Symbol, ...]
+    size: sp.Symbol
+    affine: bool
+    _a: Callable[..., Any]
+    _b: Callable[..., Any] | None
+
+    def __call__(self, n: Any, values: Sequence[Any]) -> Any:
+        if not self.affine:  # piecewise branches are all evaluated; silence the unused ones
+            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+                return self._a(n, *values)
+        a = self._a(*values)
+        b = self._b(*values)  # type: ignore[misc]
+        out = np.multiply(b, n)
+        if np.ndim(out) and np.shape(out) == np.broadcast_shapes(np.shape(out), np.shape(a)):
+            out += a
+            return out
+        return out + a
+
+
+def compile_expr(expr: sp.Expr, size: sp.Symbol, args: Sequence[sp.Symbol]) -> CompiledExpr:
+    """Compile ``expr(size, *args)``; affine-in-``size`` expressions get the two-pass evaluator."""
+    args = tuple(args)
+    expr = sp.sympify(expr)
+    slope = sp.diff(expr, size)
+    affine = not slope.has(size) and not expr.has(sp.Derivative)
+    if affine:  # d expr / d size is free of size, so expr = intercept + slope * size exactly
+        intercept = expr.subs(size, 0)
+        fa = sp.lambdify(args, intercept, modules=_MODULES, cse=True)
+        fb = sp.lambdify(args, slope, modules=_MODULES, cse=True)
+        return CompiledExpr(expr, args, size, True, fa, fb)
+    f = sp.lambdify((size, *args), expr, modules=_MODULES, cse=True)
+    return CompiledExpr(expr, args, size, False, f, None)
+
+
+__all__ = ["CompiledExpr", "compile_expr", "lg"]

@@ -1,0 +1,539 @@
+"""Registry of collective-communication algorithms with their alpha-beta-gamma cost models.
+
+Every entry is a :class:`Collective`: a name, the primitive it implements, a sympy expression in
+``p``, ``n``, ``alpha``, ``beta``, ``gamma`` (plus the intra-node link, ``g`` and ``r`` for
+hierarchical algorithms, and algorithm parameters such as ``k`` servers), its domain, and its
+source. ``Collective.time(n, p, env)`` evaluates it over numpy-broadcast arrays.
+
+Message size ``n`` follows nccl-tests: see :data:`PRIMITIVES`.
+
+In a two-level environment a *flat* algorithm runs at the speed of its slowest link: the
+intra-node link when all ``p`` ranks fit in one node (``p <= gpus_per_node``), the inter-node link
+otherwise (every ring/tree step then waits for a message that crosses nodes). Hierarchical
+algorithms use both links explicitly. Lower bounds use the faster of the two links (still a
+valid bound).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import sympy as sp
+
+from . import symbols as S
+from ._compile import CompiledExpr, compile_expr
+from ._inputs import as_bytes, as_ranks, as_scalar_or_array, check_power_of_two
+from .environment import Environment
+from .errors import CommscopeError
+from .registry import Registry
+from .symbols import alpha, alpha_intra, beta, beta_intra, clg, flg, g, gamma, iota, k, lg, n, p, r, rho
+
+PRIMITIVES: dict[str, str] = {
+    "allreduce": "n = bytes of the buffer every rank holds and receives reduced",
+    "reduce_scatter": "n = bytes of the whole input buffer; each rank keeps n/p reduced",
+    "allgather": "n = bytes of the whole output buffer; each rank contributes n/p",
+    "broadcast": "n = bytes sent from the root to every rank",
+    "reduce": "n = bytes every rank contributes, reduced at the root",
+    "all_to_all": "n = bytes each rank sends in total (n/p to every rank)",
+    "sparse_allgather": "n = dense gradient bytes; each rank sends rho*n value bytes plus indices",
+    "gossip": "n = model bytes each rank exchanges with every neighbour",
+}
+"""The primitives, with what ``n`` means for each (nccl-tests' conventions)."""
+
+TOPOLOGIES = ("flat", "hierarchical", "bound")
+
+
+@dataclass(frozen=True)
+class Param:
+    """An algorithm parameter beyond (n, p): its symbol, default and allowed range."""
+
+    symbol: sp.Symbol
+    description: str
+    default: float | Callable[[np.ndarray], Any]
+    default_text: str
+    integer: bool = False
+    minimum: float = 0.0
+    minimum_inclusive: bool = False
+    maximum: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self.symbol.name
+
+    def allowed(self) -> str:
+        lo = f"{'>=' if self.minimum_inclusive else '>'} {self.minimum:g}"
+        hi = "" if self.maximum is None else f" and <= {self.maximum:g}"
+        return f"{'an integer' if self.integer else 'a number'} {lo}{hi}"
+
+    def value(self, given: Any, p: np.ndarray) -> Any:
+        if given is None:
+            return self.default(p) if callable(self.default) else self.default
+        try:
+            arr = np.asarray(given, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise CommscopeError(f"{self.name} must be {self.allowed()}, got {given!r}") from None
+        ok = np.isfinite(arr) & ((arr >= self.minimum) if self.minimum_inclusive else (arr > self.minimum))
+        if self.maximum is not None:
+            ok &= arr <= self.maximum
+        if self.integer:
+            ok &= arr == np.floor(np.where(np.isfinite(arr), arr, 0))
+        if not np.all(ok):
+            bad = arr[~ok].flat[0].item() if arr.ndim else arr.item()
+            raise CommscopeError(f"{self.name} must be {self.allowed()}, got {bad!r}")
+        return arr if arr.ndim else arr.item()
+
+
+@dataclass(frozen=True)
+class Domain:
+    """Where a formula is defined: all p >= min_p, or powers of two only."""
+
+    power_of_two: bool = False
+    min_p: int = 1
+
+    def describe(self) -> str:
+        if self.power_of_two:
+            return "p a power of two"
+        return "any p" if self.min_p <= 1 else f"p >= {self.min_p}"
+
+
+@dataclass(frozen=True, eq=False)
+class Collective:
+    """One collective algorithm (or lower bound) and its cost model.
+
+    Attributes:
+        name: registry name, e.g. ``"ring_allreduce"``.
+        primitive: one of :data:`PRIMITIVES`.
+        expr: sympy expression of the time in seconds.
+        source: paper and section/equation the formula comes from (or "derived: ...").
+        description: one line on how the algorithm works.
+        domain: valid p.
+        params: algorithm parameters beyond (n, p) with defaults.
+        topology: ``"flat"``, ``"hierarchical"`` (uses both links) or ``"bound"``.
+        lower_bound_exempt: why the primitive's lower bound (Chan et al. 2007) does not bind this
+            algorithm; empty when it does.
+        extra_resources: hardware it needs beyond the p ranks (e.g. server nodes); such
+            algorithms are compared by :func:`costmodels.cheapest` only when asked for.
+    """
+
+    name: str
+    primitive: str
+    expr: sp.Expr
+    source: str
+    description: str
+    domain: Domain = field(default_factory=Domain)
+    params: tuple[Param, ...] = ()
+    topology: str = "flat"
+    lower_bound_exempt: str = ""
+    extra_resources: str = ""
+
+    def __post_init__(self) -> None:
+        if self.primitive not in PRIMITIVES:
+            raise ValueError(f"{self.name}: unknown primitive {self.primitive!r}")
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(f"{self.name}: unknown topology {self.topology!r}")
+        allowed = {p, n, alpha, beta, gamma} | {q.symbol for q in self.params}
+        if self.topology == "hierarchical":
+            allowed |= {alpha_intra, beta_intra, g, r}
+        extra = self.expr.free_symbols - allowed
+        if extra:
+            raise ValueError(f"{self.name}: expression has undeclared symbols {extra}")
+
+    # ---------------------------------------------------------------- views
+    @property
+    def is_lower_bound(self) -> bool:
+        return self.topology == "bound"
+
+    def latex(self) -> str:
+        """The formula as LaTeX (``T = ...``)."""
+        return "T = " + sp.latex(self.expr)
+
+    @cached_property
+    def _args(self) -> tuple[sp.Symbol, ...]:
+        base: tuple[sp.Symbol, ...] = (p, alpha, beta, gamma)
+        if self.topology == "hierarchical":
+            base += (alpha_intra, beta_intra, g, r)
+        return base + tuple(q.symbol for q in self.params)
+
+    @cached_property
+    def _compiled(self) -> dict[str, CompiledExpr]:
+        return {}
+
+    def _compile(self, key: str, expr: sp.Expr) -> CompiledExpr:
+        c = self._compiled.get(key)
+        if c is None:
+            c = self._compiled[key] = compile_expr(expr, n, self._args)
+        return c
+
+    # ----------------------------------------------------------- evaluation
+    def _prepare(self, n_: Any, p_: Any, env: Environment, params: Mapping[str, Any], out_of_domain: str
+                 ) -> tuple[np.ndarray, np.ndarray, list[Any], np.ndarray | None, dict[str, Any]]:
+        if not isinstance(env, Environment):
+            raise CommscopeError(f"env must be a costmodels.Environment, got {type(env).__name__}")
+        if out_of_domain not in ("raise", "nan"):
+            raise CommscopeError(f"out_of_domain must be 'raise' or 'nan', got {out_of_domain!r}")
+        names = {q.name for q in self.params}
+        unknown = sorted(set(params) - names)
+        if unknown:
+            allowed = ", ".join(sorted(names)) or "none"
+            raise CommscopeError(f"{self.name} has no parameter {', '.join(unknown)}; its parameters: {allowed}")
+        nb = as_bytes(n_)
+        pr = as_ranks(p_)
+        invalid: np.ndarray | None = None
+        if self.domain.power_of_two:
+            if out_of_domain == "raise":
+                check_power_of_two(pr, self.name)
+            else:
+                invalid = (pr & (pr - 1)) != 0
+        if self.domain.min_p > 1:
+            low = pr < self.domain.min_p
+            if np.any(low):
+                if out_of_domain == "raise":
+                    raise CommscopeError(
+                        f"{self.name} needs p >= {self.domain.min_p}, got p={pr[low].flat[0]}"
+                    )
+                invalid = low if invalid is None else invalid | low
+        values, link = self._env_values(pr, env, out_of_domain)
+        if link.get("invalid") is not None:
+            invalid = link["invalid"] if invalid is None else invalid | link["invalid"]
+        args = [values[s] for s in self._args[: len(self._args) - len(self.params)]]
+        args += [q.value(params.get(q.name), pr) for q in self.params]
+        return nb, pr, args, invalid, link
+
+    def _env_values(self, pr: np.ndarray, env: Environment, out_of_domain: str
+                    ) -> tuple[dict[sp.Symbol, Any], dict[str, Any]]:
+        """Values of the environment symbols for these p, and which link each one came from."""
+        vals: dict[sp.Symbol, Any] = {p: pr, gamma: env.gamma}
+        link: dict[str, Any] = {}
+        gp = env.gpus_per_node
+        if self.topology == "hierarchical":
+            ge = np.minimum(gp, pr)
+            bad = (pr % ge) != 0
+            if np.any(bad):
+                if out_of_domain == "raise":
+                    raise CommscopeError(
+                        f"{self.name} needs p to be a multiple of gpus_per_node={gp} (or at most "
+                        f"{gp}), got p={pr[bad].flat[0]}"
+                    )
+                link["invalid"] = bad
+            ia = env.alpha if env.intra_alpha is None else env.intra_alpha
+            ib = env.beta if env.intra_beta is None else env.intra_beta
+            vals.update({alpha: env.alpha, beta: env.beta, alpha_intra: ia, beta_intra: ib,
+                         g: ge, r: np.minimum(env.nics_per_node, ge)})
+            return vals, link
+        if not env.two_level:
+            vals.update({alpha: env.alpha, beta: env.beta})
+            link["intra_alpha"] = link["intra_beta"] = False
+            return vals, link
+        assert env.intra_alpha is not None and env.intra_beta is not None
+        in_node = pr <= gp
+        if self.topology == "bound":
+            use_ia = in_node | (env.intra_alpha <= env.alpha)
+            use_ib = in_node | (env.intra_beta <= env.beta)
+        else:
+            use_ia = use_ib = in_node
+        vals[alpha] = np.where(use_ia, env.intra_alpha, env.alpha)
+        vals[beta] = np.where(use_ib, env.intra_beta, env.beta)
+        if np.ndim(pr) == 0:
+            vals[alpha], vals[beta] = float(vals[alpha]), float(vals[beta])
+        link["intra_alpha"], link["intra_beta"] = use_ia, use_ib
+        return vals, link
+
+    def time(self, n: Any, p: Any, env: Environment, *, out_of_domain: str = "raise",
+             **params: Any) -> Any:
+        """Predicted time in seconds; ``n`` (bytes) and ``p`` broadcast like numpy arrays.
+
+        ``out_of_domain="nan"`` returns NaN where p is outside the domain instead of raising.
+        Algorithm parameters (e.g. ``k`` servers) are keyword arguments.
+        """
+        nb, pr, args, invalid, _ = self._prepare(n, p, env, params, out_of_domain)
+        t = self._compile("time", self.expr)(nb, args)
+        if invalid is not None and np.any(invalid):
+            t = np.where(invalid, np.nan, t)
+        return as_scalar_or_array(np.asarray(t, dtype=np.float64) if np.ndim(t) == 0 else t)
+
+    def sensitivity(self, n: Any, p: Any, env: Environment, *, relative: bool = False,
+                    **params: Any) -> dict[str, Any]:
+        """d time / d parameter for each environment field (alpha, beta, gamma, intra_*).
+
+        With ``relative=True`` the elasticities ``(x / T) dT/dx``: the share of the time due to
+        each parameter. Every model here is homogeneous of degree one in (alpha, beta, gamma),
+        so the elasticities add up to 1 (Euler's theorem).
+        """
+        nb, pr, args, _, link = self._prepare(n, p, env, params, "raise")
+        out: dict[str, Any] = {}
+        pairs = [("alpha", alpha), ("beta", beta), ("gamma", gamma)]
+        if self.topology == "hierarchical":
+            pairs += [("intra_alpha", alpha_intra), ("intra_beta", beta_intra)]
+        for field_name, sym in pairs:
+            d = self._compile(f"d/d{sym.name}", sp.diff(self.expr, sym))(nb, args)
+            d = np.asarray(d, dtype=np.float64) * np.ones(np.broadcast_shapes(np.shape(nb), np.shape(pr)))
+            if self.topology != "hierarchical" and field_name in ("alpha", "beta") and env.two_level:
+                use_intra = np.broadcast_to(link[f"intra_{field_name}"], d.shape)
+                out[f"intra_{field_name}"] = np.where(use_intra, d, 0.0)
+                d = np.where(use_intra, 0.0, d)
+            out[field_name] = d
+        if self.topology == "hierarchical" and not env.two_level:
+            out["alpha"] = out["alpha"] + out.pop("intra_alpha")
+            out["beta"] = out["beta"] + out.pop("intra_beta")
+        if relative:
+            t = np.asarray(self.time(nb, pr, env, **params), dtype=np.float64)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out = {f: np.where(t > 0, d * getattr(env, f) / t, 0.0) for f, d in out.items()}
+        return {f: as_scalar_or_array(v) for f, v in out.items()}
+
+    def at(self, p_value: int, env: Environment, **params: Any) -> sp.Expr:
+        """The expression as a function of n alone, for one p, environment and parameter set."""
+        pr = as_ranks(p_value)
+        if pr.ndim:
+            raise CommscopeError(f"p must be a single integer here, got {p_value!r}")
+        _, _, args, _, _ = self._prepare(0.0, pr, env, params, "raise")
+        subs = {s: sp.Float(float(v)) if s is not p else sp.Integer(int(v)) for s, v in zip(self._args, args)}
+        return self.expr.subs(subs)
+
+
+# ===================================================================================== registry
+COLLECTIVES: Registry[Collective] = Registry("collective algorithm")
+
+
+def _add(**kwargs: Any) -> Collective:
+    return COLLECTIVES.register(Collective(**kwargs))
+
+
+_f = (p - 1) / p  # fraction of the data that crosses the network in ring/halving algorithms
+THAKUR = "Thakur, Rabenseifner, Gropp, 'Optimization of Collective Communication Operations in MPICH', IJHPCA 19(1), 2005"
+POW2 = Domain(power_of_two=True)
+
+_add(
+    name="ring_reduce_scatter", primitive="reduce_scatter",
+    expr=(p - 1) * alpha + _f * n * beta + _f * n * gamma,
+    source=f"{THAKUR}, Sec. 4.3 (pairwise/ring reduce-scatter); Patarasuk & Yuan, JPDC 69(2), 2009",
+    description="p-1 steps; each step sends n/p bytes to the next rank and reduces n/p received",
+)
+_add(
+    name="ring_allgather", primitive="allgather",
+    expr=(p - 1) * alpha + _f * n * beta,
+    source=f"{THAKUR}, Sec. 3 (ring allgather)",
+    description="p-1 steps; each step forwards the n/p block received in the previous step",
+)
+_add(
+    name="ring_allreduce", primitive="allreduce",
+    expr=2 * (p - 1) * alpha + 2 * _f * n * beta + _f * n * gamma,
+    source="Patarasuk & Yuan, 'Bandwidth optimal all-reduce algorithms for clusters of workstations', "
+           f"JPDC 69(2), 2009; = ring reduce-scatter + ring allgather ({THAKUR}, Sec. 4.4)",
+    description="ring reduce-scatter followed by ring allgather (Baidu/Horovod/NCCL ring)",
+)
+_add(
+    name="recursive_doubling_allreduce", primitive="allreduce",
+    expr=lg(p) * (alpha + n * beta + n * gamma),
+    domain=POW2,
+    source=f"{THAKUR}, Sec. 4.4 (recursive doubling: lgp.alpha + n.lgp.beta + n.lgp.gamma)",
+    description="lg p steps; in step k rank i exchanges the whole vector with rank i xor 2^k and reduces",
+)
+_add(
+    name="rabenseifner_allreduce", primitive="allreduce",
+    expr=2 * lg(p) * alpha + 2 * _f * n * beta + _f * n * gamma,
+    domain=POW2,
+    source=f"Rabenseifner, 'Optimization of collective reduction operations', ICCS 2004; {THAKUR}, Sec. 4.4",
+    description="recursive-halving reduce-scatter followed by recursive-doubling allgather",
+)
+_not_pow2 = sp.Min(p - 2 ** flg(p), 1)  # 0 when p is a power of two, 1 otherwise
+_add(
+    name="rabenseifner_allreduce_general", primitive="allreduce",
+    expr=2 * flg(p) * alpha + 2 * _f * n * beta + _f * n * gamma
+    + _not_pow2 * (2 * alpha + 2 * n * beta + n * gamma),
+    source="MPICH src/mpi/coll/allreduce (reduce_scatter_allgather) cost comment, after "
+           f"{THAKUR}, Sec. 4.4: for p not a power of two, "
+           "(2 floor(lg p)+2) alpha + (2 (p-1)/p + 2) n beta + (1 + (p-1)/p) n gamma",
+    description="Rabenseifner on the largest power of two p' <= p; the p-p' extra ranks first send "
+                "their vectors to a partner and receive the result at the end",
+)
+_add(
+    name="recursive_halving_reduce_scatter", primitive="reduce_scatter",
+    expr=lg(p) * alpha + _f * n * beta + _f * n * gamma,
+    domain=POW2,
+    source=f"{THAKUR}, Sec. 4.3 (recursive halving, commutative operations)",
+    description="lg p steps exchanging n/2, n/4, ... bytes with partners at distance p/2, p/4, ...",
+)
+_add(
+    name="recursive_doubling_allgather", primitive="allgather",
+    expr=lg(p) * alpha + _f * n * beta,
+    domain=POW2,
+    source=f"{THAKUR}, Sec. 3 (recursive doubling)",
+    description="lg p steps exchanging n/p, 2n/p, ... bytes with partners at distance 1, 2, 4, ...",
+)
+_add(
+    name="bruck_allgather", primitive="allgather",
+    expr=clg(p) * alpha + _f * n * beta,
+    source=f"Bruck et al., IEEE TPDS 8(11), 1997; {THAKUR}, Sec. 3 (ceil(lg p) steps, any p)",
+    description="ceil(lg p) steps of doubling blocks, then a local rotation; any p",
+)
+_add(
+    name="binomial_broadcast", primitive="broadcast",
+    expr=clg(p) * (alpha + n * beta),
+    source=f"{THAKUR}, Sec. 2 (binomial tree broadcast: lgp.alpha + n.lgp.beta)",
+    description="binomial tree: the set of ranks holding the data doubles every step",
+)
+_add(
+    name="scatter_allgather_broadcast", primitive="broadcast",
+    expr=(clg(p) + p - 1) * alpha + 2 * _f * n * beta,
+    source=f"Van de Geijn et al. (scatter + allgather); {THAKUR}, Sec. 2: (lgp+p-1).alpha + 2.n.((p-1)/p).beta",
+    description="binomial scatter of n/p blocks followed by a ring allgather",
+)
+_add(
+    name="binomial_reduce", primitive="reduce",
+    expr=clg(p) * (alpha + n * beta + n * gamma),
+    source=f"{THAKUR}, Sec. 4.2 (binomial tree reduce: lgp.alpha + n.lgp.beta + n.lgp.gamma)",
+    description="binomial tree towards the root, reducing whole vectors at every level",
+)
+_add(
+    name="binary_tree_allreduce", primitive="allreduce",
+    expr=2 * clg(p) * alpha + 2 * clg(p) * n * beta + clg(p) * n * gamma,
+    source=f"{THAKUR}, Sec. 4.2 and 2: binomial reduce followed by binomial broadcast of the result",
+    description="tree reduce to the root, then tree broadcast of the result (no pipelining)",
+)
+
+# Double binary tree, pipelined (NCCL >= 2.4). Each rank is interior in one tree and a leaf in the
+# other, so one chunk step moves about 2 n/c bytes through every rank's link (reduce up + broadcast
+# down in flight together), over a pipeline of 2 ceil(lg p) hops. With c chunks:
+#   T(c) = (2 ceil(lg p) - 1 + c) (alpha + 2 n beta / c);  minimised over real c >= 1.
+_depth = 2 * clg(p) - 1
+_vol = 2 * n * beta
+_dbt = sp.Piecewise(
+    (0, sp.Eq(p, 1)),
+    ((_depth + 1) * (alpha + _vol), _depth * _vol <= alpha),  # optimum c* < 1: one chunk
+    (_depth * alpha + _vol + 2 * sp.sqrt(_depth * alpha * _vol), True),  # c* = sqrt(depth vol / alpha)
+) + sp.Min(p - 1, 1) * n * gamma
+_add(
+    name="double_binary_tree_allreduce", primitive="allreduce",
+    expr=_dbt,
+    source="Sanders, Speck, Traeff, 'Two-tree algorithms for full bandwidth broadcast, reduction and "
+           "scan', Parallel Computing 35(12), 2009 (double binary trees, used by NCCL >= 2.4); "
+           "pipeline of depth D with c chunks costs (D - 1 + c)(alpha + V/c), minimised over c "
+           "(derived; NCCL's tuner (src/graph/tuning.cc) likewise charges tree allreduce ~2n bytes "
+           "per rank plus a per-hop latency x 2 log2 p)",
+    description="reduce up and broadcast down two complementary binary trees, each carrying n/2, "
+                "pipelined in the optimal number of chunks",
+)
+
+_m = p / g  # nodes
+_add(
+    name="hierarchical_allreduce", primitive="allreduce", topology="hierarchical",
+    expr=2 * (g - 1) * alpha_intra + 2 * (g - 1) / g * n * beta_intra + (g - 1) / g * n * gamma
+    + 2 * (_m - 1) * alpha + 2 * (_m - 1) / _m * (n / r) * beta + (_m - 1) / _m * (n / g) * gamma,
+    source="derived for Horovod's hierarchical allreduce (Sergeev & Del Balso 2018, "
+           "HOROVOD_HIERARCHICAL_ALLREDUCE) and NCCL's intra/inter split: intra-node ring "
+           "reduce-scatter, g concurrent inter-node ring allreduces of n/g sharing r NICs, "
+           "intra-node ring allgather",
+    description="m = p/g nodes of g GPUs: ring RS inside nodes, ring allreduce of the n/g shards "
+                "across nodes (r NICs per node), ring AG inside nodes",
+)
+_add(
+    name="parameter_server", primitive="allreduce",
+    params=(Param(k, "number of parameter servers (each holds n/k of the model)",
+                  default=lambda pr: pr, default_text="k = p (BytePS' recommendation)", integer=True,
+                  minimum=1, minimum_inclusive=True),),
+    expr=sp.Min(p - 1, 1) * (2 * alpha + 2 * sp.Max(p / k, 1) * n * beta + (p - 1) / k * n * gamma),
+    source="derived (push + pull through k dedicated servers, as in BytePS, Jiang et al., OSDI 2020): "
+           "each phase is limited by the busiest endpoint, a server receiving p n/k bytes or a worker "
+           "sending n; messages of one phase are in flight together, so latency counts once per phase",
+    description="push n/k to each of k servers, which sum p shards, then pull the sums",
+    extra_resources="k parameter-server nodes besides the p workers",
+    lower_bound_exempt="uses k extra server nodes with concurrent messages; Chan et al.'s bound counts only p single-ported ranks",
+)
+_add(
+    name="pairwise_all_to_all", primitive="all_to_all",
+    expr=(p - 1) * alpha + _f * n * beta,
+    source=f"{THAKUR}, Sec. 5 (pairwise exchange, (p-1) alpha + n beta with n the bytes sent; the "
+           "n/p block a rank keeps does not cross the network, hence (p-1)/p n beta here)",
+    description="p-1 steps; in step k rank i sends its block for rank i xor k (or i+k mod p)",
+)
+_add(
+    name="bruck_all_to_all", primitive="all_to_all",
+    expr=clg(p) * alpha + n / 2 * clg(p) * beta,
+    source=f"Bruck et al., IEEE TPDS 8(11), 1997; {THAKUR}, Sec. 5: lgp.alpha + (n/2).lgp.beta",
+    description="ceil(lg p) steps, each sending about half of the buffer",
+)
+_add(
+    name="topk_sparse_allgather", primitive="sparse_allgather",
+    params=(
+        Param(rho, "density k/d: fraction of gradient elements sent", default=0.001,
+              default_text="0.001", maximum=1.0),
+        Param(iota, "index bytes per value byte (int32 indices with fp32 values: 1)", default=1.0,
+              default_text="1", minimum_inclusive=True),
+    ),
+    expr=(p - 1) * alpha + (p - 1) * rho * (1 + iota) * n * beta,
+    source="Ring allgather of k values + k indices from every rank (Renggli et al., SparCML, SC 2019; "
+           "Shi et al., gTop-k, ICDCS 2019): (p-1) alpha + 2 (p-1) k b beta for b-byte values and indices",
+    description="every rank gathers the k (value, index) pairs of all others; volume grows with p",
+    lower_bound_exempt="a sparse exchange; it does not move the dense buffer",
+)
+_add(
+    name="gossip_ring", primitive="gossip",
+    expr=sp.Min(p - 1, 2) * (alpha + n * beta + n * gamma),
+    source="D-PSGD neighbour exchange on a ring (Lian et al., NeurIPS 2017): each rank sends its model "
+           "to and receives from its 2 neighbours (1 when p = 2) and averages (derived)",
+    description="send/receive the full model to/from both ring neighbours, then average",
+)
+_add(
+    name="gossip_torus", primitive="gossip",
+    expr=4 * (alpha + n * beta + n * gamma),
+    domain=Domain(min_p=9),
+    source="D-PSGD neighbour exchange on a 2-D torus (Lian et al., NeurIPS 2017; Koloskova et al., "
+           "ICML 2020): 4 neighbours when both sides are >= 3, i.e. p >= 9 (derived)",
+    description="send/receive the full model to/from the 4 torus neighbours, then average",
+)
+
+# Lower bounds (Chan, Heimlich, Purkayastha, van de Geijn, 'Collective communication: theory,
+# practice, and experience', CCPE 19(13), 2007, Sec. 2 / Table 1).
+CHAN = "Chan, Heimlich, Purkayastha, van de Geijn, CCPE 19(13), 2007, Table 1"
+_add(
+    name="lower_bound_allreduce", primitive="allreduce", topology="bound",
+    expr=clg(p) * alpha + 2 * _f * n * beta + _f * n * gamma,
+    source=CHAN, description="no allreduce on p single-ported ranks can be faster",
+)
+_add(
+    name="lower_bound_reduce_scatter", primitive="reduce_scatter", topology="bound",
+    expr=clg(p) * alpha + _f * n * beta + _f * n * gamma,
+    source=CHAN, description="no reduce-scatter on p single-ported ranks can be faster",
+)
+_add(
+    name="lower_bound_allgather", primitive="allgather", topology="bound",
+    expr=clg(p) * alpha + _f * n * beta,
+    source=CHAN, description="no allgather on p single-ported ranks can be faster",
+)
+_add(
+    name="lower_bound_all_to_all", primitive="all_to_all", topology="bound",
+    expr=clg(p) * alpha + _f * n * beta,
+    source=f"{CHAN} (latency: ceil(lg p) rounds; bandwidth: (p-1)/p n leaves every rank)",
+    description="no all-to-all on p single-ported ranks can be faster",
+)
+
+
+def collectives(primitive: str | None = None, *, include_bounds: bool = True) -> list[str]:
+    """Names of the registered collective algorithms (optionally of one primitive)."""
+    if primitive is not None and primitive not in PRIMITIVES:
+        from .errors import UnknownNameError
+
+        raise UnknownNameError("primitive", primitive, PRIMITIVES)
+    return COLLECTIVES.names(
+        lambda c: (primitive is None or c.primitive == primitive) and (include_bounds or not c.is_lower_bound)
+    )
+
+
+def collective(name: str) -> Collective:
+    """The registered collective algorithm called ``name``."""
+    return COLLECTIVES.get(name)
+
+
+def lower_bound(primitive: str) -> Collective:
+    """The lower-bound entry of a primitive (allreduce, reduce_scatter, allgather, all_to_all)."""
+    bounds = {c.primitive: c for c in COLLECTIVES if c.is_lower_bound}
+    if primitive not in bounds:
+        from .errors import UnknownNameError
+
+        raise UnknownNameError("primitive with a lower bound", primitive, bounds)
+    return bounds[primitive]

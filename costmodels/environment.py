@@ -1,0 +1,207 @@
+"""The environment a collective runs in: Hockney alpha-beta-gamma parameters of one or two levels.
+
+One level: every pair of ranks is joined by the same link (``alpha`` s per message, ``beta`` s per
+byte). Two levels: ``gpus_per_node`` ranks share a node joined by an intra-node link
+(``intra_alpha``, ``intra_beta``), nodes are joined by the inter-node link (``alpha``, ``beta``)
+through ``nics_per_node`` NICs. ``gamma`` is the reduction cost (s per byte reduced) of the device.
+The model is Hockney's (Parallel Computing 20(3), 1994) as used by Thakur et al. (IJHPCA 2005).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import CommscopeError
+
+SCHEMA = "commscope.environment/1"
+
+
+def _check_real(name: str, value: object, *, allow_zero: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CommscopeError(f"{name} must be a number, got {value!r}")
+    v = float(value)
+    if math.isnan(v) or math.isinf(v):
+        raise CommscopeError(f"{name} must be finite, got {v!r}")
+    if v < 0 or (v == 0 and not allow_zero):
+        allowed = ">= 0" if allow_zero else "> 0"
+        raise CommscopeError(f"{name} must be {allowed}, got {v!r}")
+    return v
+
+
+def _check_count(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise CommscopeError(f"{name} must be a positive integer, got {value!r}")
+    if int(value) < 1:
+        raise CommscopeError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Alpha-beta-gamma parameters of one link, or of an intra- and an inter-node link.
+
+    Attributes:
+        alpha: latency of the (inter-node) link, seconds per message (>= 0).
+        beta: inverse bandwidth of the (inter-node) link, seconds per byte (> 0).
+        gamma: reduction cost, seconds per byte reduced (>= 0).
+        intra_alpha, intra_beta: the intra-node link (both or neither; required when
+            ``gpus_per_node`` > 1).
+        gpus_per_node: ranks per node (1 for a one-level environment).
+        nics_per_node: NICs per node that the inter-node phase of hierarchical algorithms can use
+            in parallel (1 <= nics_per_node <= gpus_per_node).
+        name, description, source: what it is and where its numbers come from.
+        metadata: free JSON-able provenance (e.g. the files and fit quality of a fitted one).
+    """
+
+    alpha: float
+    beta: float
+    gamma: float = 0.0
+    intra_alpha: float | None = None
+    intra_beta: float | None = None
+    gpus_per_node: int = 1
+    nics_per_node: int = 1
+    name: str = "custom"
+    description: str = ""
+    source: str = ""
+    metadata: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "alpha", _check_real("alpha", self.alpha, allow_zero=True))
+        set_(self, "beta", _check_real("beta", self.beta, allow_zero=False))
+        set_(self, "gamma", _check_real("gamma", self.gamma, allow_zero=True))
+        set_(self, "gpus_per_node", _check_count("gpus_per_node", self.gpus_per_node))
+        set_(self, "nics_per_node", _check_count("nics_per_node", self.nics_per_node))
+        if (self.intra_alpha is None) != (self.intra_beta is None):
+            raise CommscopeError(
+                "give both intra_alpha and intra_beta for a two-level environment, or neither; "
+                f"got intra_alpha={self.intra_alpha!r}, intra_beta={self.intra_beta!r}"
+            )
+        if self.intra_alpha is not None:
+            set_(self, "intra_alpha", _check_real("intra_alpha", self.intra_alpha, allow_zero=True))
+            set_(self, "intra_beta", _check_real("intra_beta", self.intra_beta, allow_zero=False))
+            if self.gpus_per_node < 2:
+                raise CommscopeError(
+                    "an intra-node link needs gpus_per_node >= 2, "
+                    f"got gpus_per_node={self.gpus_per_node}"
+                )
+        elif self.gpus_per_node > 1:
+            raise CommscopeError(
+                f"gpus_per_node={self.gpus_per_node} needs an intra-node link: "
+                "give intra_alpha and intra_beta"
+            )
+        if self.nics_per_node > self.gpus_per_node:
+            raise CommscopeError(
+                f"nics_per_node must be <= gpus_per_node ({self.gpus_per_node}), "
+                f"got {self.nics_per_node}"
+            )
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise CommscopeError(f"name must be a non-empty string, got {self.name!r}")
+        try:
+            json.dumps(dict(self.metadata))
+        except (TypeError, ValueError) as exc:
+            raise CommscopeError(f"metadata must be JSON-serialisable: {exc}") from None
+        set_(self, "metadata", dict(self.metadata))
+
+    # ----------------------------------------------------------------- views
+    @property
+    def two_level(self) -> bool:
+        """True when the environment has an intra-node link (``gpus_per_node`` > 1)."""
+        return self.intra_alpha is not None
+
+    @property
+    def bandwidth(self) -> float:
+        """Inter-node (or only) link bandwidth, bytes per second (1/beta)."""
+        return 1.0 / self.beta
+
+    @property
+    def intra_bandwidth(self) -> float | None:
+        """Intra-node link bandwidth, bytes per second, or None for a one-level environment."""
+        return None if self.intra_beta is None else 1.0 / self.intra_beta
+
+    def with_(self, **changes: Any) -> Environment:
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["metadata"] = dict(self.metadata)
+        return {"schema": SCHEMA, **d}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Environment:
+        if not isinstance(data, Mapping):
+            raise CommscopeError(f"an environment must be a JSON object, got {type(data).__name__}")
+        data = dict(data)
+        schema = data.pop("schema", SCHEMA)
+        if schema != SCHEMA:
+            raise CommscopeError(f"unsupported environment schema {schema!r}; expected {SCHEMA!r}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise CommscopeError(
+                f"unknown environment field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}"
+            )
+        missing = [k for k in ("alpha", "beta") if k not in data]
+        if missing:
+            raise CommscopeError(f"environment is missing required field(s): {', '.join(missing)}")
+        return cls(**data)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> Environment:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise CommscopeError(f"environment JSON is not valid JSON: {exc}") from None
+        return cls.from_dict(data)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write JSON atomically (temporary file + rename): a failure leaves any old file intact."""
+        path = Path(path)
+        text = self.to_json() + "\n"
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Environment:
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CommscopeError(f"cannot read environment file {str(path)!r}: {exc.strerror}") from None
+        try:
+            return cls.from_json(text)
+        except CommscopeError as exc:
+            raise CommscopeError(f"{path}: {exc}") from None
+
+    # --------------------------------------------------------------- display
+    def summary(self) -> str:
+        """One line: the link(s) in microseconds and GB/s."""
+        s = f"alpha={self.alpha * 1e6:.3g} us, {self.bandwidth / 1e9:.4g} GB/s"
+        if self.two_level:
+            assert self.intra_alpha is not None and self.intra_bandwidth is not None
+            s = (
+                f"{self.gpus_per_node} GPUs/node: intra alpha={self.intra_alpha * 1e6:.3g} us, "
+                f"{self.intra_bandwidth / 1e9:.4g} GB/s; inter {s}, {self.nics_per_node} NIC(s)/node"
+            )
+        return s + f", gamma={self.gamma:.3g} s/B"

@@ -1,0 +1,223 @@
+"""Preset environments, each with the derivation of its numbers written next to it.
+
+Conventions used below (all per direction, per link):
+
+* Ethernet with TCP: goodput = line rate x 1448/1538 = 0.9415 (1500-byte MTU: 1448 payload bytes
+  after IP, TCP and timestamp headers; 1538 bytes on the wire with Ethernet header, FCS, preamble
+  and inter-frame gap). Latency is the kernel TCP path, dominated by software.
+* InfiniBand and NVLink/PCIe: bandwidth as NVIDIA's NCCL models it (``src/graph/topo.h`` /
+  ``topo.cc``: 12 GB/s per 100 Gb/s of IB, PCIe width x speed / 80 GB/s, NVLink 20 GB/s per link
+  on V100/A100 and 20.6 GB/s on H100 for 25 GB/s of line rate, i.e. about 80% after NVLink's
+  128-byte packet overhead). Latency alpha is NCCL's per-hop latency of its low-latency (LL)
+  protocol (``src/graph/tuning.cc`` hwLat, NCCL 2.28: NVLink 0.6 us, PCI 1.0 us, NET 2.7 us),
+  which is the protocol NCCL picks for the small messages where alpha matters.
+* gamma (s per byte reduced) of a GPU: 3 bytes of memory traffic per byte reduced (two reads and
+  a write) over the HBM bandwidth of the GPU named in the preset: V100 900 GB/s, A100 1555 GB/s,
+  H100 SXM 3350 GB/s (NVIDIA data sheets). Replace it with your device's when it matters.
+
+These are starting points; ``commscope fit`` (measurement issue) replaces them with fitted values.
+"""
+
+from __future__ import annotations
+
+from .environment import Environment
+from .registry import Registry
+
+GB = 1e9
+TCP_EFFICIENCY = 1448 / 1538
+GAMMA_V100 = 3 / 900e9
+GAMMA_A100 = 3 / 1555e9
+GAMMA_H100 = 3 / 3350e9
+NCCL_LL_LATENCY_NET = 2.7e-6
+NCCL_LL_LATENCY_PCI = 1.0e-6
+NCCL_LL_LATENCY_NVLINK = 0.6e-6
+
+PRESETS: Registry[Environment] = Registry("environment preset")
+
+
+def _preset(**kwargs: object) -> Environment:
+    return PRESETS.register(Environment(**kwargs))  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------- Ethernet
+_preset(
+    name="1GbE",
+    alpha=50e-6,
+    beta=1 / (1e9 / 8 * TCP_EFFICIENCY),
+    gamma=GAMMA_V100,
+    description="1 Gb/s Ethernet, TCP (117.7 MB/s goodput)",
+    source=(
+        "line 1 Gb/s x 1448/1538 TCP efficiency = 117.7 MB/s; alpha 50 us: estimate, one-way "
+        "latency of small TCP messages on 1GbE NICs is 55-110 us measured as half round trips "
+        "(serverfault.com/questions/791539) and ~30-50 us on tuned hosts; gamma: V100"
+    ),
+)
+_preset(
+    name="10GbE",
+    alpha=20e-6,
+    beta=1 / (10e9 / 8 * TCP_EFFICIENCY),
+    gamma=GAMMA_V100,
+    description="10 Gb/s Ethernet, TCP (1.177 GB/s goodput)",
+    source=(
+        "line 10 Gb/s x 1448/1538 = 1.177 GB/s; alpha 20 us: application-to-application TCP "
+        "latency on tuned 10GbE, Hurwitz & Feng, 'Initial end-to-end performance evaluation of "
+        "10-Gigabit Ethernet', HOTI 2003; gamma: V100"
+    ),
+)
+_preset(
+    name="25GbE",
+    alpha=15e-6,
+    beta=1 / (25e9 / 8 * TCP_EFFICIENCY),
+    gamma=GAMMA_V100,
+    description="25 Gb/s Ethernet, TCP (2.94 GB/s goodput)",
+    source=(
+        "line 25 Gb/s x 1448/1538 = 2.94 GB/s; alpha 15 us: estimate (kernel TCP path, between "
+        "the 10GbE and 100GbE values); gamma: V100"
+    ),
+)
+_preset(
+    name="100GbE",
+    alpha=10e-6,
+    beta=1 / (100e9 / 8 * TCP_EFFICIENCY),
+    gamma=GAMMA_A100,
+    description="100 Gb/s Ethernet, TCP (11.77 GB/s goodput, several streams)",
+    source=(
+        "line 100 Gb/s x 1448/1538 = 11.77 GB/s (MTU 9000 would give 8948/9038 = 0.990); one TCP "
+        "stream rarely reaches it, NCCL's socket transport uses several; alpha 10 us: estimate "
+        "(kernel TCP path); gamma: A100"
+    ),
+)
+# -------------------------------------------------------------------------------- InfiniBand
+_preset(
+    name="IB-EDR",
+    alpha=NCCL_LL_LATENCY_NET,
+    beta=1 / (12 * GB),
+    gamma=GAMMA_V100,
+    description="100 Gb/s InfiniBand EDR, RDMA (12 GB/s)",
+    source=(
+        "4 lanes x 25.78125 Gb/s with 64b/66b = 100 Gb/s; 12 GB/s as NCCL models it "
+        "(topo.h NET_BW 12.0 for 100 Gbit; perftest ib_write_bw reports ~11.7 'MB/s' x 1e3 on "
+        "100 Gb/s, linux-rdma/perftest#225); alpha 2.7 us: NCCL tuning.cc NET hwLat (Ring, LL); "
+        "gamma: V100"
+    ),
+)
+_preset(
+    name="IB-HDR",
+    alpha=NCCL_LL_LATENCY_NET,
+    beta=1 / (24 * GB),
+    gamma=GAMMA_A100,
+    description="200 Gb/s InfiniBand HDR, RDMA (24 GB/s)",
+    source=(
+        "4 lanes x 50 Gb/s = 200 Gb/s (NCCL ibvSpeeds); 24 GB/s = NCCL's 12 GB/s per 100 Gb/s; "
+        "alpha 2.7 us: NCCL tuning.cc NET hwLat (Ring, LL); gamma: A100"
+    ),
+)
+_preset(
+    name="IB-NDR",
+    alpha=NCCL_LL_LATENCY_NET,
+    beta=1 / (48 * GB),
+    gamma=GAMMA_H100,
+    description="400 Gb/s InfiniBand NDR, RDMA (48 GB/s)",
+    source=(
+        "4 lanes x 100 Gb/s = 400 Gb/s (NCCL ibvSpeeds); 48 GB/s = NCCL's 12 GB/s per 100 Gb/s; "
+        "alpha 2.7 us: NCCL tuning.cc NET hwLat (Ring, LL); gamma: H100"
+    ),
+)
+# ---------------------------------------------------------------------------------- PCIe
+_preset(
+    name="PCIe3x16",
+    alpha=NCCL_LL_LATENCY_PCI,
+    beta=1 / (12 * GB),
+    gamma=GAMMA_V100,
+    description="PCIe 3.0 x16 (12 GB/s)",
+    source=(
+        "8 GT/s x 16 lanes x 128/130 = 15.75 GB/s raw; about 14.4 GB/s after TLP headers "
+        "(256-byte payloads); 12 GB/s as NCCL models it (topo.cc: width 16 x 60 / 80); "
+        "alpha 1.0 us: NCCL tuning.cc PCI hwLat (Ring, LL); gamma: V100"
+    ),
+)
+_preset(
+    name="PCIe4x16",
+    alpha=NCCL_LL_LATENCY_PCI,
+    beta=1 / (24 * GB),
+    gamma=GAMMA_A100,
+    description="PCIe 4.0 x16 (24 GB/s)",
+    source=(
+        "16 GT/s x 16 lanes x 128/130 = 31.5 GB/s raw; 24 GB/s as NCCL models it "
+        "(topo.cc: width 16 x 120 / 80); alpha 1.0 us: NCCL tuning.cc PCI hwLat (Ring, LL); "
+        "gamma: A100"
+    ),
+)
+# -------------------------------------------------------------------------------- NVLink
+_preset(
+    name="NVLink-V100",
+    alpha=NCCL_LL_LATENCY_NVLINK,
+    beta=1 / (6 * 20 * GB),
+    gamma=GAMMA_V100,
+    description="NVLink 2.0 of V100 (6 links, 120 GB/s)",
+    source=(
+        "6 links x 25 GB/s = 150 GB/s line rate per direction (DGX-1V); 20 GB/s per link after "
+        "128-byte packet overhead as NCCL models it (SM70_NVLINK_BW 20.0) = 120 GB/s; "
+        "alpha 0.6 us: NCCL tuning.cc NVLINK hwLat (Ring, LL); gamma: V100"
+    ),
+)
+_preset(
+    name="NVLink-A100",
+    alpha=NCCL_LL_LATENCY_NVLINK,
+    beta=1 / (12 * 20 * GB),
+    gamma=GAMMA_A100,
+    description="NVLink 3.0 of A100 (12 links, 240 GB/s)",
+    source=(
+        "12 links x 25 GB/s = 300 GB/s line rate per direction; NCCL models 20 GB/s per link "
+        "(SM80_NVLINK_BW 20.0) = 240 GB/s; nccl-tests allreduce busbw ~230 GB/s on DGX A100 "
+        "(NVIDIA/nccl-tests#149); alpha 0.6 us: NCCL hwLat (Ring, LL); gamma: A100"
+    ),
+)
+_preset(
+    name="NVLink-H100",
+    alpha=NCCL_LL_LATENCY_NVLINK,
+    beta=1 / (18 * 20.6 * GB),
+    gamma=GAMMA_H100,
+    description="NVLink 4.0 of H100 (18 links, 370.8 GB/s)",
+    source=(
+        "18 links x 25 GB/s = 450 GB/s line rate per direction; NCCL models 20.6 GB/s per link "
+        "(SM90_NVLINK_BW 20.6) = 370.8 GB/s; nccl-tests ring allreduce busbw ~370 GB/s on "
+        "DGX H100 (NVIDIA/nccl-tests#212; NVLS reaches ~480); alpha 0.6 us: NCCL hwLat "
+        "(Ring, LL); gamma: H100"
+    ),
+)
+# ------------------------------------------------------------------------------ two levels
+
+
+def _two_level(name: str, intra: str, inter: str, gpus: int, nics: int, description: str) -> None:
+    i, o = PRESETS.get(intra), PRESETS.get(inter)
+    _preset(
+        name=name,
+        alpha=o.alpha,
+        beta=o.beta,
+        gamma=i.gamma,
+        intra_alpha=i.alpha,
+        intra_beta=i.beta,
+        gpus_per_node=gpus,
+        nics_per_node=nics,
+        description=description,
+        source=f"intra-node: preset {intra} ({i.source}); inter-node: preset {inter} ({o.source})",
+    )
+
+
+_two_level(
+    "4xPCIe3+10GbE", "PCIe3x16", "10GbE", 4, 1,
+    "nodes of 4 GPUs on PCIe 3.0 x16 joined by one 10GbE NIC each",
+)
+_two_level(
+    "8xV100-NVLink+IB-EDR", "NVLink-V100", "IB-EDR", 8, 4,
+    "DGX-1V-like: 8 x V100 on NVLink 2.0, 4 x 100 Gb EDR NICs per node",
+)
+_two_level(
+    "8xA100-NVLink+IB-HDR", "NVLink-A100", "IB-HDR", 8, 8,
+    "DGX A100-like: 8 x A100 on NVLink 3.0, 8 x 200 Gb HDR NICs per node",
+)
+_two_level(
+    "8xH100-NVLink+IB-NDR", "NVLink-H100", "IB-NDR", 8, 8,
+    "DGX H100-like: 8 x H100 on NVLink 4.0, 8 x 400 Gb NDR NICs per node",
+)

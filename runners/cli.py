@@ -1,0 +1,243 @@
+"""The ``commscope`` command line.
+
+Bad input ends with exit code 2 and one line ``commscope: error: ...``, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+import costmodels as cm
+
+app = typer.Typer(
+    name="commscope",
+    help="Which communication technique wins in your environment, and why: cost models and measurements.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+predict_app = typer.Typer(help="Predict times from the cost models.", no_args_is_help=True)
+app.add_typer(predict_app, name="predict")
+
+
+class UsageError(cm.CommscopeError):
+    """Bad command-line input."""
+
+
+def _console():
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=160)
+
+
+# --------------------------------------------------------------------------------------- list
+LISTABLE = ("collectives", "environments", "primitives")
+
+
+@app.command("list")
+def list_(
+    what: Annotated[str, typer.Argument(help="collectives | environments | primitives")],
+    primitive: Annotated[str | None, typer.Option(help="only algorithms of this primitive")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """List registered collective algorithms, preset environments or primitives."""
+    from rich.table import Table
+
+    if what not in LISTABLE:
+        raise UsageError(f"cannot list {what!r}; choose one of: {', '.join(LISTABLE)}")
+    if what == "collectives":
+        rows = [cm.collective(x) for x in cm.collectives(primitive)]
+        data = [{"name": c.name, "primitive": c.primitive, "domain": c.domain.describe(),
+                 "lower_bound": c.is_lower_bound, "source": c.source} for c in rows]
+        cols = ("name", "primitive", "domain", "source")
+    elif what == "environments":
+        data = [{"name": e.name, "description": e.description, "summary": e.summary(), "source": e.source}
+                for e in (cm.environment(x) for x in cm.environments())]
+        cols = ("name", "description", "summary")
+    else:
+        data = [{"name": k, "n": v} for k, v in cm.PRIMITIVES.items()]
+        cols = ("name", "n")
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return
+    table = Table(*cols, title=f"commscope {what}")
+    for d in data:
+        table.add_row(*(str(d[c]) for c in cols))
+    _console().print(table)
+
+
+# ------------------------------------------------------------------------------------ predict
+def _resolve_env(env: str | None, alpha: float | None, beta: float | None, gamma: float | None) -> cm.Environment:
+    if env is None and alpha is None and beta is None:
+        raise UsageError("give --env NAME|FILE.json, or --alpha and --beta (seconds and seconds/byte)")
+    if env is not None:
+        base = cm.environment(env)
+        changes = {k: v for k, v in (("alpha", alpha), ("beta", beta), ("gamma", gamma)) if v is not None}
+        return base.with_(**changes) if changes else base
+    if alpha is None or beta is None:
+        raise UsageError("a custom environment needs both --alpha and --beta")
+    return cm.Environment(alpha=alpha, beta=beta, gamma=gamma or 0.0)
+
+
+def _parse_params(items: list[str]) -> dict[str, float]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--param must look like NAME=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            raise UsageError(f"--param {key}: value must be a number, got {value!r}") from None
+    return out
+
+
+def _sizes(size: list[str], min_size: str | None, max_size: str | None, factor: float) -> list[int]:
+    sizes = [cm.parse_size(s) for s in size]
+    if (min_size is None) != (max_size is None):
+        raise UsageError("a range needs both --min-size and --max-size")
+    if min_size is not None and max_size is not None:
+        sizes += cm.size_range(cm.parse_size(min_size), cm.parse_size(max_size), factor)
+    if not sizes:
+        raise UsageError("give at least one --size, or a range with --min-size/--max-size/--factor")
+    return sizes
+
+
+@predict_app.command("collective")
+def predict_collective(
+    algorithm: Annotated[list[str], typer.Option("--algorithm", "-a",
+                         help="algorithm name(s), comma-separated or repeated; 'auto' = cheapest of --primitive")],
+    p: Annotated[list[int], typer.Option("--p", "-p", help="number of ranks (repeatable)")],
+    env: Annotated[str | None, typer.Option(help="preset name or environment JSON file")] = None,
+    size: Annotated[list[str], typer.Option("--size", "-s", help="message size, e.g. 100MiB (repeatable)")] = [],  # noqa: B006
+    min_size: Annotated[str | None, typer.Option("--min-size", "-b", help="smallest size of a range")] = None,
+    max_size: Annotated[str | None, typer.Option("--max-size", "-e", help="largest size of a range")] = None,
+    factor: Annotated[float, typer.Option("--factor", "-f", help="growth factor of a range")] = 2.0,
+    primitive: Annotated[str, typer.Option(help="primitive for --algorithm auto")] = "allreduce",
+    alpha: Annotated[float | None, typer.Option(help="latency, s (overrides --env)")] = None,
+    beta: Annotated[float | None, typer.Option(help="inverse bandwidth, s/byte (overrides --env)")] = None,
+    gamma: Annotated[float | None, typer.Option(help="reduction cost, s/byte (overrides --env)")] = None,
+    param: Annotated[list[str], typer.Option("--param", help="algorithm parameter NAME=VALUE, e.g. k=4")] = [],  # noqa: B006
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Time, algbw and busbw of collective algorithms (nccl-tests conventions)."""
+    environment = _resolve_env(env, alpha, beta, gamma)
+    names = [x.strip() for a in algorithm for x in a.split(",") if x.strip()]
+    if not names:
+        raise UsageError("--algorithm is empty")
+    sizes = _sizes(size, min_size, max_size, factor)
+    params = _parse_params(param)
+    rows: list[dict[str, Any]] = []
+    for ranks in p:
+        for name in names:
+            if name == "auto":
+                pick = cm.cheapest(primitive, sizes, ranks, environment, **params)
+                algos, times = list(pick.algorithm), [float(x) for x in pick.time]
+            else:
+                c = cm.collective(name)
+                mine = {k: v for k, v in params.items() if k in {q.name for q in c.params}}
+                t = c.time(sizes, ranks, environment, **mine)
+                algos, times = [c.name] * len(sizes), [float(x) for x in t]
+            for nbytes, algo, t in zip(sizes, algos, times):
+                prim = cm.collective(algo).primitive
+                bw = nbytes / t if t > 0 else float("inf")
+                factor_ = cm.busbw_factor(prim, ranks) if prim in ("allreduce", "reduce_scatter", "allgather",
+                                                                     "all_to_all", "broadcast", "reduce") else None
+                rows.append({"algorithm": algo, "p": ranks, "bytes": nbytes, "size": cm.format_size(nbytes),
+                             "time_s": t, "algbw_GBps": bw / 1e9,
+                             "busbw_GBps": None if factor_ is None else bw * factor_ / 1e9})
+    if as_json:
+        print(json.dumps({"environment": environment.to_dict(), "results": rows}, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table("algorithm", "p", "size", "bytes", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
+                  title=f"predicted on {environment.name}: {environment.summary()}")
+    for r in rows:
+        table.add_row(r["algorithm"], str(r["p"]), r["size"], str(r["bytes"]), f"{r['time_s'] * 1e6:.2f}",
+                      f"{r['algbw_GBps']:.3f}", "-" if r["busbw_GBps"] is None else f"{r['busbw_GBps']:.3f}")
+    _console().print(table)
+
+
+# ---------------------------------------------------------------------------------------- show
+@app.command("show")
+def show(
+    name: Annotated[str, typer.Argument(help="a collective algorithm or an environment preset")],
+) -> None:
+    """Formula, domain, parameters and source of a collective, or the numbers of an environment."""
+    if name in cm.PRESETS:
+        print(cm.environment(name).to_json())
+        return
+    c = cm.collective(name)
+    print(f"{c.name} ({c.primitive}): {c.description}")
+    print(f"  T = {c.expr}")
+    print(f"  domain: {c.domain.describe()}")
+    for q in c.params:
+        print(f"  parameter {q.name}: {q.description} (default {q.default_text})")
+    print(f"  source: {c.source}")
+
+
+# ----------------------------------------------------------------------------------------- app
+@app.command("app", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def app_(ctx: typer.Context) -> None:
+    """Serve the Streamlit app; Streamlit's own flags pass through (e.g. --server.port 8600)."""
+    from runners._extras import require
+
+    require("streamlit", "commscope app")
+    require("plotly", "commscope app")
+    import app as app_pkg
+
+    entry = Path(app_pkg.__file__).with_name("main.py")
+    args = list(ctx.args)
+    defaults = {"--server.headless": "true", "--browser.gatherUsageStats": "false"}
+    for flag, value in defaults.items():
+        if not any(a == flag or a.startswith(flag + "=") for a in args):
+            args += [flag, value]
+    os.execv(sys.executable, [sys.executable, "-m", "streamlit", "run", str(entry), *args])
+
+
+# ---------------------------------------------------------------------------------------- main
+def _click_exceptions() -> tuple[type[BaseException], type[BaseException], type[BaseException]]:
+    """(ClickException, Exit, Abort) of the click that typer uses (newer typers vendor their own)."""
+    mod = sys.modules[typer.BadParameter.__module__]
+    return mod.ClickException, typer.Exit, typer.Abort
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``commscope`` script: one-line errors with exit code 2."""
+    from runners._extras import MissingExtraError
+
+    click_error, click_exit, click_abort = _click_exceptions()
+    command = typer.main.get_command(app)
+    try:
+        command.main(args=argv, prog_name="commscope", standalone_mode=False)
+    except click_exit as exc:
+        return int(getattr(exc, "exit_code", 0) or 0)
+    except click_abort:
+        print("commscope: aborted", file=sys.stderr)
+        return 1
+    except click_error as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # help was asked for by giving nothing
+            print(exc.format_message(), file=sys.stderr)  # type: ignore[attr-defined]
+            return 2
+        msg = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
+        print(f"commscope: error: {msg}", file=sys.stderr)
+        return int(getattr(exc, "exit_code", 2) or 2)
+    except (cm.CommscopeError, MissingExtraError) as exc:
+        print(f"commscope: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
