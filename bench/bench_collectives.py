@@ -46,8 +46,7 @@ def main() -> None:
     }
     results = {}
     for label, (n, p) in layouts.items():
-        npts = int(np.broadcast_shapes(np.shape(n), np.shape(p))[0] * np.broadcast_shapes(np.shape(n), np.shape(p))[1]) \
-            if np.ndim(n) == 2 else N
+        npts = int(np.prod(np.broadcast_shapes(np.shape(n), np.shape(p))))
 
         def hand(n=n, p=p):
             return 2 * (p - 1) * a + 2 * (p - 1) / p * n * b + (p - 1) / p * n * g
@@ -67,7 +66,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(results, indent=2))
         return
-    print("ring_allreduce.time vs hand-written numpy (best of %d)" % args.repeat)
+    print(f"ring_allreduce.time vs hand-written numpy (best of {args.repeat})")
     for label, r in results.items():
         print(
             f"  {label:14s} {r['points']:>10,d} points: commscope {r['commscope_evals_per_s']:.3g}/s, "

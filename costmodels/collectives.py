@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from . import symbols as S
 from ._compile import CompiledExpr, compile_expr
 from ._inputs import as_bytes, as_ranks, as_scalar_or_array, check_power_of_two
 from .environment import Environment
@@ -249,7 +248,7 @@ class Collective:
         ``out_of_domain="nan"`` returns NaN where p is outside the domain instead of raising.
         Algorithm parameters (e.g. ``k`` servers) are keyword arguments.
         """
-        nb, pr, args, invalid, _ = self._prepare(n, p, env, params, out_of_domain)
+        nb, _pr, args, invalid, _ = self._prepare(n, p, env, params, out_of_domain)
         t = self._compile("time", self.expr)(nb, args)
         if invalid is not None and np.any(invalid):
             t = np.where(invalid, np.nan, t)
@@ -291,7 +290,7 @@ class Collective:
         if pr.ndim:
             raise CommscopeError(f"p must be a single integer here, got {p_value!r}")
         _, _, args, _, _ = self._prepare(0.0, pr, env, params, "raise")
-        subs = {s: sp.Float(float(v)) if s is not p else sp.Integer(int(v)) for s, v in zip(self._args, args)}
+        subs = {s: sp.Integer(int(v)) if s is p else sp.Float(float(v)) for s, v in zip(self._args, args, strict=True)}
         return self.expr.subs(subs)
 
 
@@ -304,7 +303,8 @@ def _add(**kwargs: Any) -> Collective:
 
 
 _f = (p - 1) / p  # fraction of the data that crosses the network in ring/halving algorithms
-THAKUR = "Thakur, Rabenseifner, Gropp, 'Optimization of Collective Communication Operations in MPICH', IJHPCA 19(1), 2005"
+THAKUR = ("Thakur, Rabenseifner, Gropp, 'Optimization of Collective Communication Operations in MPICH', "
+          "IJHPCA 19(1), 2005")
 POW2 = Domain(power_of_two=True)
 
 _add(
@@ -442,7 +442,8 @@ _add(
            "sending n; messages of one phase are in flight together, so latency counts once per phase",
     description="push n/k to each of k servers, which sum p shards, then pull the sums",
     extra_resources="k parameter-server nodes besides the p workers",
-    lower_bound_exempt="uses k extra server nodes with concurrent messages; Chan et al.'s bound counts only p single-ported ranks",
+    lower_bound_exempt="uses k extra server nodes with concurrent messages; Chan et al.'s bound counts only "
+                       "p single-ported ranks",
 )
 _add(
     name="pairwise_all_to_all", primitive="all_to_all",

@@ -57,7 +57,7 @@ def size_range(min_size: int, max_size: int, factor: float = 2.0) -> list[int]:
         raise CommscopeError(f"factor must be > 1, got {factor}")
     out, s = [], float(min_size)
     while s <= max_size * (1 + 1e-12):
-        out.append(int(round(s)))
+        out.append(round(s))
         s *= factor
     return out
 

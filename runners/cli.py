@@ -146,7 +146,7 @@ def predict_collective(
                 mine = {k: v for k, v in params.items() if k in {q.name for q in c.params}}
                 t = c.time(sizes, ranks, environment, **mine)
                 algos, times = [c.name] * len(sizes), [float(x) for x in t]
-            for nbytes, algo, t in zip(sizes, algos, times):
+            for nbytes, algo, t in zip(sizes, algos, times, strict=False):
                 prim = cm.collective(algo).primitive
                 bw = nbytes / t if t > 0 else float("inf")
                 factor_ = cm.busbw_factor(prim, ranks) if prim in ("allreduce", "reduce_scatter", "allgather",

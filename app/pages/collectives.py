@@ -1,0 +1,88 @@
+"""Collectives: time and bus bandwidth versus message size for chosen algorithms, p and environment."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+import costmodels as cm
+from app.data import collective_curves, crossover_table
+from app.figures import collective_figure
+from app.sidebar import current_environment
+
+DEFAULTS = {
+    "allreduce": ["ring_allreduce", "rabenseifner_allreduce_general", "double_binary_tree_allreduce",
+                  "hierarchical_allreduce"],
+    "reduce_scatter": ["ring_reduce_scatter", "recursive_halving_reduce_scatter"],
+    "allgather": ["ring_allgather", "bruck_allgather"],
+    "all_to_all": ["pairwise_all_to_all", "bruck_all_to_all"],
+}
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _curves(algorithms: tuple[str, ...], p: int, env_json: str, lo: int, hi: int, bound: bool, k: int | None):
+    env = cm.Environment.from_json(env_json)
+    sizes = np.geomspace(2.0**lo, 2.0**hi, 8 * (hi - lo) + 1)
+    params = {} if k is None else {"k": k}
+    return collective_curves(algorithms, p, env, sizes, lower_bound=bound, params=params)
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _crossovers(algorithms: tuple[str, ...], p: int, env_json: str, hi: int):
+    return crossover_table(algorithms, p, cm.Environment.from_json(env_json), 2.0**hi)
+
+
+env = current_environment()
+st.title("Collective algorithms")
+st.caption(f"Environment **{env.name}**: {env.summary()}")
+
+c1, c2, c3 = st.columns([1, 2, 1])
+primitive = c1.selectbox("primitive", list(cm.PRIMITIVES), index=0, key="coll_primitive")
+choices = cm.collectives(primitive, include_bounds=False)
+algorithms = c2.multiselect("algorithms", choices, default=DEFAULTS.get(primitive, choices)[:4],
+                            key=f"coll_algorithms_{primitive}")
+p = int(c3.number_input("p (ranks)", min_value=1, max_value=65536, value=64, step=1, key="coll_p"))
+c4, c5, c6 = st.columns([2, 1, 1])
+lo, hi = c4.select_slider("message size range (log2 bytes)", options=list(range(0, 41)), value=(10, 32),
+                          format_func=lambda e: cm.format_size(2**e), key="coll_range")
+metric = c5.radio("y axis", ["time_s", "busbw_GBps"], key="coll_metric",
+                  format_func=lambda m: {"time_s": "time", "busbw_GBps": "bus bandwidth"}[m])
+bound = c6.checkbox("lower bound", value=True, key="coll_bound")
+k = None
+if "parameter_server" in algorithms:
+    k = int(st.number_input("parameter servers k", 1, 65536, value=p, key="coll_k"))
+
+if not algorithms:
+    st.info("Choose at least one algorithm.")
+    st.stop()
+if hi <= lo:
+    st.warning("The size range is empty: move the right handle past the left one.")
+    st.stop()
+
+curves = _curves(tuple(algorithms), p, env.to_json(), lo, hi, bound, k)
+missing = [a for a in algorithms if a not in set(curves["algorithm"])]
+if missing:
+    st.warning(f"Not defined at p = {p}: {', '.join(missing)} (see the domains below).")
+fig = collective_figure(curves, metric, title=f"{primitive} on p = {p}, {env.name}")
+st.plotly_chart(fig, width="stretch", key="coll_chart")
+
+d1, d2 = st.columns(2)
+d1.download_button("data (CSV)", curves.to_csv(index=False), file_name=f"{primitive}_p{p}.csv", mime="text/csv")
+d2.download_button("figure (HTML)", fig.to_html(include_plotlyjs="cdn"), file_name=f"{primitive}_p{p}.html",
+                   mime="text/html")
+
+st.subheader("Crossover sizes")
+xo = _crossovers(tuple(algorithms), p, env.to_json(), hi)
+if xo.empty:
+    st.caption("Choose two algorithms of the same primitive that are defined at this p.")
+else:
+    st.dataframe(xo.drop(columns=["bytes"]), hide_index=True, width="stretch")
+
+st.subheader("Formulas")
+shown = list(dict.fromkeys(algorithms + ([cm.lower_bound(primitive).name] if bound and primitive in
+                                          ("allreduce", "reduce_scatter", "allgather", "all_to_all") else [])))
+for name in shown:
+    c = cm.collective(name)
+    st.markdown(f"**{c.name}**: {c.description}. Domain: {c.domain.describe()}.")
+    st.latex(c.latex())
+    st.caption(f"Source: {c.source}")

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# commscope's set-up and entry point for a fresh clone.
+#   ./dev.sh app [streamlit flags]   set up .venv (once) and serve the app on the bundled data
+#   ./dev.sh test [pytest args]      set up .venv (once) and run the full test suite (ruff + pytest)
+#   ./dev.sh setup                   only set up .venv
+# The virtual environment is project-local (.venv, or $COMMSCOPE_VENV) and reused; it is brought
+# up to date whenever pyproject.toml or this script changes.
+# PyTorch: a CUDA torch that the base Python already has is kept (the venv sees it). Without a
+# CUDA GPU the CPU build torch==2.13.0 is installed, and the install stops rather than pull a
+# multi-GB CUDA build (set COMMSCOPE_TORCH_INDEX to a CPU wheel index, e.g. PyTorch's /whl/cpu).
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV="${COMMSCOPE_VENV:-.venv}"
+BASE_PYTHON="${PYTHON:-python3}"
+TORCH_CPU_VERSION="2.13.0"
+
+say() { printf '[commscope] %s\n' "$*" >&2; }
+
+has_cuda_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
+
+base_has_cuda_torch() {
+  "$BASE_PYTHON" -c 'import torch, sys; sys.exit(0 if torch.version.cuda else 1)' >/dev/null 2>&1
+}
+
+install_cpu_torch() {
+  local pip="$VENV/bin/python -m pip" report
+  report="$(mktemp)"
+  # Resolve first, download nothing big: refuse a plan that would bring CUDA wheels.
+  if $pip install --quiet --dry-run --ignore-installed --report "$report" "torch==$TORCH_CPU_VERSION" \
+        ${COMMSCOPE_TORCH_INDEX:+--index-url "$COMMSCOPE_TORCH_INDEX"} >/dev/null 2>&1 \
+     && ! grep -Eq '"name": "(nvidia-|triton)' "$report"; then
+    $pip install --quiet "torch==$TORCH_CPU_VERSION" ${COMMSCOPE_TORCH_INDEX:+--index-url "$COMMSCOPE_TORCH_INDEX"}
+  else
+    rm -f "$report"
+    say "torch==$TORCH_CPU_VERSION would come as a CUDA build (or not at all) on this CPU-only machine."
+    say "Set COMMSCOPE_TORCH_INDEX to a CPU wheel index and run again."
+    exit 1
+  fi
+  rm -f "$report"
+}
+
+setup() {
+  "$BASE_PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' \
+    || { say "commscope needs Python >= 3.10 ($BASE_PYTHON is $("$BASE_PYTHON" -V 2>&1))"; exit 1; }
+  if [ ! -x "$VENV/bin/python" ]; then
+    if has_cuda_gpu && base_has_cuda_torch; then
+      say "creating $VENV with access to the base Python's CUDA torch"
+      "$BASE_PYTHON" -m venv --system-site-packages "$VENV"
+    else
+      say "creating $VENV"
+      "$BASE_PYTHON" -m venv "$VENV"
+    fi
+  fi
+  local stamp="$VENV/.commscope-setup" want
+  want="$(cat pyproject.toml dev.sh | sha256sum | cut -d' ' -f1)"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
+  say "installing commscope and its dependencies into $VENV (first run, or pyproject.toml changed)"
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip 2>&1 | grep -v "is ignored" >&2 || true
+  if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
+    if has_cuda_gpu; then
+      say "CUDA GPU found and no torch: installing the default (CUDA) torch build"
+      "$VENV/bin/python" -m pip install --quiet torch
+    else
+      install_cpu_torch
+    fi
+  fi
+  "$VENV/bin/python" -m pip install --quiet -e ".[all,dev]" 2>&1 | grep -v "is ignored" >&2 || true
+  "$VENV/bin/python" -c 'import costmodels, convergence, runners, app, torch, pytest' \
+    || { say "set-up failed: see the messages above"; exit 1; }
+  echo "$want" > "$stamp"
+}
+
+cmd="${1:-}"
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  setup) setup ;;
+  app)
+    setup
+    say "serving the app; open the URL below in a browser"
+    exec "$VENV/bin/commscope" app "$@" ;;
+  test)
+    setup
+    "$VENV/bin/ruff" check .
+    exec "$VENV/bin/python" -m pytest "$@" ;;
+  *)
+    echo "usage: ./dev.sh app [streamlit flags] | ./dev.sh test [pytest args] | ./dev.sh setup" >&2
+    exit 2 ;;
+esac
