@@ -13,7 +13,6 @@ import streamlit as st
 if __package__ in (None, ""):  # streamlit runs this file as a script: make ``app`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.sidebar import environment_picker
 
 PAGES = Path(__file__).resolve().parent / "pages"
 
@@ -22,5 +21,4 @@ navigation = st.navigation([
     st.Page(PAGES / "collectives.py", title="Collectives", icon=":material/hub:", default=True),
 ])
 st.sidebar.title("commscope")
-environment_picker()
 navigation.run()

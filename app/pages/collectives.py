@@ -8,7 +8,7 @@ import streamlit as st
 import costmodels as cm
 from app.data import collective_curves, crossover_table
 from app.figures import collective_figure
-from app.sidebar import current_environment
+from app.sidebar import environment_picker
 
 DEFAULTS = {
     "allreduce": ["ring_allreduce", "rabenseifner_allreduce_general", "double_binary_tree_allreduce",
@@ -32,7 +32,7 @@ def _crossovers(algorithms: tuple[str, ...], p: int, env_json: str, hi: int):
     return crossover_table(algorithms, p, cm.Environment.from_json(env_json), 2.0**hi)
 
 
-env = current_environment()
+env = environment_picker()
 st.title("Collective algorithms")
 st.caption(f"Environment **{env.name}**: {env.summary()}")
 

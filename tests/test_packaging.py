@@ -1,0 +1,78 @@
+"""Package boundaries: pure math layers, clear messages for missing extras, the CLI entry point."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+
+def _run(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
+
+
+def test_math_layers_import_without_torch_streamlit_or_plotly() -> None:
+    out = _run("""
+        import sys, time
+        t0 = time.perf_counter()
+        import costmodels, convergence
+        dt = time.perf_counter() - t0
+        heavy = sorted(m for m in ("torch", "streamlit", "plotly", "pandas") if m in sys.modules)
+        print(heavy, dt)
+    """)
+    assert out.returncode == 0, out.stderr
+    heavy, dt = out.stdout.rsplit(" ", 1)
+    assert heavy == "[]"
+    assert float(dt) < 2.0  # "well under a second" on an idle machine; generous for a busy CI
+
+
+def test_cli_does_not_import_torch() -> None:
+    out = _run("""
+        import sys
+        from runners.cli import main
+        main(["list", "primitives", "--json"])
+        print("torch" in sys.modules, file=sys.stderr)
+    """)
+    assert out.returncode == 0 and out.stderr.strip() == "False"
+
+
+@pytest.mark.parametrize("module", ["plotly", "pandas"])
+def test_app_without_its_extra_names_the_extra(module: str) -> None:
+    out = _run(f"""
+        import sys
+        sys.modules[{module!r}] = None  # simulate the package not being installed
+        try:
+            import app
+        except ImportError as exc:
+            print(exc)
+    """)
+    assert "pip install 'commscope[app]'" in out.stdout and module in out.stdout
+
+
+def test_commscope_app_without_streamlit_is_one_line_exit_2() -> None:
+    out = _run("""
+        import sys
+        sys.modules["streamlit"] = None
+        from runners.cli import main
+        sys.exit(main(["app"]))
+    """)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "commscope: error: commscope app needs streamlit, which is not installed; "
+        "install it with: pip install 'commscope[app]'"
+    ]
+
+
+def test_require_names_the_runners_extra_for_torch() -> None:
+    out = _run("""
+        import sys
+        sys.modules["torch"] = None
+        from runners._extras import require, MissingExtraError
+        try:
+            require("torch", "collective sweeps")
+        except MissingExtraError as exc:
+            print(exc)
+    """)
+    assert "collective sweeps needs torch" in out.stdout and "commscope[runners]" in out.stdout
