@@ -16,6 +16,17 @@ TORCH_CPU_VERSION="2.13.0"
 
 say() { printf '[commscope] %s\n' "$*" >&2; }
 
+# pip, with its output kept out of the way unless something fails (and without the noise of
+# configured package locations that do not exist on this machine)
+pip_quiet() {
+  local log rc=0
+  log="$(mktemp)"
+  "$VENV/bin/python" -m pip "$@" >"$log" 2>&1 || rc=$?
+  grep -v "is ignored: it is neither a file nor a directory" "$log" | grep -v '^\s*$' >&2 || true
+  rm -f "$log"
+  return $rc
+}
+
 has_cuda_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
 
 base_has_cuda_torch() {
@@ -23,13 +34,13 @@ base_has_cuda_torch() {
 }
 
 install_cpu_torch() {
-  local pip="$VENV/bin/python -m pip" report
+  local report
   report="$(mktemp)"
   # Resolve first, download nothing big: refuse a plan that would bring CUDA wheels.
-  if $pip install --quiet --dry-run --ignore-installed --report "$report" "torch==$TORCH_CPU_VERSION" \
-        ${COMMSCOPE_TORCH_INDEX:+--index-url "$COMMSCOPE_TORCH_INDEX"} >/dev/null 2>&1 \
+  if "$VENV/bin/python" -m pip install --quiet --dry-run --ignore-installed --report "$report" \
+        "torch==$TORCH_CPU_VERSION" ${COMMSCOPE_TORCH_INDEX:+--index-url "$COMMSCOPE_TORCH_INDEX"} >/dev/null 2>&1 \
      && ! grep -Eq '"name": "(nvidia-|triton)' "$report"; then
-    $pip install --quiet "torch==$TORCH_CPU_VERSION" ${COMMSCOPE_TORCH_INDEX:+--index-url "$COMMSCOPE_TORCH_INDEX"}
+    pip_quiet install --quiet "torch==$TORCH_CPU_VERSION" ${COMMSCOPE_TORCH_INDEX:+--index-url "$COMMSCOPE_TORCH_INDEX"}
   else
     rm -f "$report"
     say "torch==$TORCH_CPU_VERSION would come as a CUDA build (or not at all) on this CPU-only machine."
@@ -55,16 +66,16 @@ setup() {
   want="$(cat pyproject.toml dev.sh | sha256sum | cut -d' ' -f1)"
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
   say "installing commscope and its dependencies into $VENV (first run, or pyproject.toml changed)"
-  "$VENV/bin/python" -m pip install --quiet --upgrade pip 2>&1 | grep -v "is ignored" >&2 || true
+  pip_quiet install --quiet --upgrade pip || say "could not upgrade pip; going on with $("$VENV/bin/python" -m pip -V)"
   if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
     if has_cuda_gpu; then
       say "CUDA GPU found and no torch: installing the default (CUDA) torch build"
-      "$VENV/bin/python" -m pip install --quiet torch
+      pip_quiet install --quiet torch
     else
       install_cpu_torch
     fi
   fi
-  "$VENV/bin/python" -m pip install --quiet -e ".[all,dev]" 2>&1 | grep -v "is ignored" >&2 || true
+  pip_quiet install --quiet -e ".[all,dev]" || { say "installing commscope failed: see above"; exit 1; }
   "$VENV/bin/python" -c 'import costmodels, convergence, runners, app, torch, pytest' \
     || { say "set-up failed: see the messages above"; exit 1; }
   echo "$want" > "$stamp"

@@ -193,9 +193,12 @@ def app_(ctx: typer.Context) -> None:
 
     require("streamlit", "commscope app")
     require("plotly", "commscope app")
-    import app as app_pkg
+    import importlib.util
 
-    entry = Path(app_pkg.__file__).with_name("main.py")
+    spec = importlib.util.find_spec("app.main")
+    if spec is None or spec.origin is None:
+        raise UsageError("cannot find the app's entry point app/main.py; reinstall commscope")
+    entry = Path(spec.origin)
     args = list(ctx.args)
     defaults = {"--server.headless": "true", "--browser.gatherUsageStats": "false"}
     for flag, value in defaults.items():
