@@ -24,7 +24,7 @@ def _free_port() -> int:
 
 
 def _get(url: str) -> tuple[int, str]:
-    with urllib.request.urlopen(url, timeout=5) as r:  # noqa: S310 - localhost only
+    with urllib.request.urlopen(url, timeout=5) as r:  # localhost only
         return r.status, r.read().decode("utf-8", "replace")
 
 
@@ -50,7 +50,7 @@ def test_commscope_app_serves_the_page_and_passes_streamlit_flags() -> None:
                 time.sleep(0.5)
         assert health == (200, "ok"), "the server did not answer within 90 s"
         status, page = _get(f"http://127.0.0.1:{port}/")
-        assert status == 200 and "<title>" in page.lower() or "<html" in page.lower()
+        assert status == 200 and "<html" in page.lower()
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
