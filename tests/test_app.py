@@ -108,8 +108,18 @@ def test_custom_two_level_environment(page: AppTest) -> None:
     page.sidebar.radio(key="env_mode").set_value("custom").run()
     page.sidebar.number_input(key="env_gpus").set_value(8).run()
     assert not page.exception
+    page.multiselect(key="coll_algorithms_allreduce").set_value(["ring_allreduce", "hierarchical_allreduce"]).run()
     page.number_input(key="coll_p").set_value(64).run()
     assert "hierarchical_allreduce" in _names(_chart(page))
+    page.number_input(key="coll_p").set_value(12).run()  # not a multiple of 8 GPUs per node
+    assert any("hierarchical_allreduce" in w.value for w in page.warning)
+
+
+def test_two_level_preset_defaults_include_hierarchical() -> None:
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    at.session_state["env_preset"] = "8xH100-NVLink+IB-NDR"
+    at.run()
+    assert not at.exception and "hierarchical_allreduce" in _names(_chart(at))
 
 
 def test_parameter_server_control(page: AppTest) -> None:

@@ -11,8 +11,7 @@ from app.figures import collective_figure
 from app.sidebar import environment_picker
 
 DEFAULTS = {
-    "allreduce": ["ring_allreduce", "rabenseifner_allreduce_general", "double_binary_tree_allreduce",
-                  "hierarchical_allreduce"],
+    "allreduce": ["ring_allreduce", "rabenseifner_allreduce_general", "double_binary_tree_allreduce"],
     "reduce_scatter": ["ring_reduce_scatter", "recursive_halving_reduce_scatter"],
     "allgather": ["ring_allgather", "bruck_allgather"],
     "all_to_all": ["pairwise_all_to_all", "bruck_all_to_all"],
@@ -39,8 +38,10 @@ st.caption(f"Environment **{env.name}**: {env.summary()}")
 c1, c2, c3 = st.columns([1, 2, 1])
 primitive = c1.selectbox("primitive", list(cm.PRIMITIVES), index=0, key="coll_primitive")
 choices = cm.collectives(primitive, include_bounds=False)
-algorithms = c2.multiselect("algorithms", choices, default=DEFAULTS.get(primitive, choices)[:4],
-                            key=f"coll_algorithms_{primitive}")
+default = DEFAULTS.get(primitive, choices)[:4]
+if primitive == "allreduce" and env.two_level:  # on one level it is the ring, drawn twice
+    default = [*default, "hierarchical_allreduce"]
+algorithms = c2.multiselect("algorithms", choices, default=default, key=f"coll_algorithms_{primitive}")
 p = int(c3.number_input("p (ranks)", min_value=1, max_value=65536, value=64, step=1, key="coll_p"))
 c4, c5, c6 = st.columns([2, 1, 1])
 lo, hi = c4.select_slider("message size range (log2 bytes)", options=list(range(0, 41)), value=(10, 32),
