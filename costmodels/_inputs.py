@@ -17,6 +17,10 @@ def _first(arr: np.ndarray, bad: np.ndarray) -> Any:
     return arr[bad].flat[0].item()
 
 
+MAX_RANKS = 2**40
+"""Largest rank count accepted (far beyond any machine, well inside exact int64/float64)."""
+
+
 def as_ranks(p: Any, name: str = "p") -> np.ndarray:
     """``p`` as an int64 array of positive integers (floats must be integral)."""
     try:
@@ -25,6 +29,8 @@ def as_ranks(p: Any, name: str = "p") -> np.ndarray:
         raise CommscopeError(f"{name} must be a positive integer or an array of them, got {p!r}") from exc
     if arr.dtype == bool or arr.dtype.kind not in "iuf":
         raise CommscopeError(f"{name} must be a positive integer or an array of them, got {p!r}")
+    if arr.size and arr.dtype.kind in "uf" and arr.max() > MAX_RANKS:
+        raise CommscopeError(f"{name} must be at most {MAX_RANKS} ranks, got {_first(arr, arr > MAX_RANKS)!r}")
     if arr.dtype.kind == "f":
         if arr.size and not np.isfinite(arr).all():
             raise CommscopeError(f"{name} must be a finite positive integer, got {_first(arr, ~np.isfinite(arr))!r}")
@@ -41,6 +47,8 @@ def as_ranks(p: Any, name: str = "p") -> np.ndarray:
 
 def as_bytes(n: Any, name: str = "n") -> np.ndarray:
     """``n`` as a float64 array of finite, non-negative byte counts."""
+    if n is None:
+        raise CommscopeError(f"{name} must be a number of bytes, got None")
     if isinstance(n, str) or (isinstance(n, np.ndarray) and n.dtype.kind in "USO"):
         raise CommscopeError(
             f"{name} must be a number of bytes, got {n!r} (parse sizes such as '100MiB' with "

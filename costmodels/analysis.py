@@ -156,5 +156,5 @@ def cheapest(primitive: str, n: Any, p: Any, env: Environment, *,
     idx = np.nanargmin(np.where(np.isnan(stack), np.inf, stack), axis=0)
     best = np.take_along_axis(stack, idx[None], axis=0)[0]
     label = np.asarray([e.name for e in entries], dtype=object)[idx]
-    algo = label.item() if np.ndim(label) == 0 else label
+    algo = label if isinstance(label, str) else (label.item() if np.ndim(label) == 0 else label)
     return Cheapest(algo, as_scalar_or_array(best), {k: as_scalar_or_array(v) for k, v in times.items()})

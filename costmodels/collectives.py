@@ -71,6 +71,8 @@ class Param:
     def value(self, given: Any, p: np.ndarray) -> Any:
         if given is None:
             return self.default(p) if callable(self.default) else self.default
+        if isinstance(given, (bool, np.bool_)):
+            raise CommscopeError(f"{self.name} must be {self.allowed()}, got {given!r}")
         try:
             arr = np.asarray(given, dtype=np.float64)
         except (TypeError, ValueError):
@@ -248,10 +250,13 @@ class Collective:
         ``out_of_domain="nan"`` returns NaN where p is outside the domain instead of raising.
         Algorithm parameters (e.g. ``k`` servers) are keyword arguments.
         """
-        nb, _pr, args, invalid, _ = self._prepare(n, p, env, params, out_of_domain)
+        nb, pr, args, invalid, _ = self._prepare(n, p, env, params, out_of_domain)
         t = self._compile("time", self.expr)(nb, args)
         if invalid is not None and np.any(invalid):
             t = np.where(invalid, np.nan, t)
+        shape = np.broadcast_shapes(nb.shape, pr.shape, *(np.shape(a) for a in args))
+        if np.shape(t) != shape:  # a formula free of p (or n) still answers with the inputs' shape
+            t = np.array(np.broadcast_to(t, shape), dtype=np.float64)
         return as_scalar_or_array(np.asarray(t, dtype=np.float64) if np.ndim(t) == 0 else t)
 
     def sensitivity(self, n: Any, p: Any, env: Environment, *, relative: bool = False,

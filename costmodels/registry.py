@@ -32,13 +32,13 @@ class Registry(Generic[T]):
         return entry
 
     def get(self, name: str) -> T:
+        from .errors import CommscopeError, UnknownNameError
+
         if not isinstance(name, str):
-            raise TypeError(f"{self.kind} name must be a string, got {name!r}")
+            raise CommscopeError(f"{self.kind} name must be a string, got {name!r}")
         try:
             return self._entries[name.lower()]
         except KeyError:
-            from .errors import UnknownNameError
-
             raise UnknownNameError(self.kind, name, self.names()) from None
 
     def names(self, where: Callable[[T], bool] | None = None) -> list[str]:

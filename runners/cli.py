@@ -135,6 +135,13 @@ def predict_collective(
         raise UsageError("--algorithm is empty")
     sizes = _sizes(size, min_size, max_size, factor)
     params = _parse_params(param)
+    known = {q.name for x in names for q in (
+        [q for a in cm.collectives(primitive, include_bounds=False) for q in cm.collective(a).params]
+        if x == "auto" else cm.collective(x).params)}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise UsageError(f"--param {', '.join(unknown)}: no chosen algorithm has such a parameter; "
+                         f"theirs: {', '.join(sorted(known)) or 'none'}")
     rows: list[dict[str, Any]] = []
     for ranks in p:
         for name in names:
@@ -148,14 +155,14 @@ def predict_collective(
                 algos, times = [c.name] * len(sizes), [float(x) for x in t]
             for nbytes, algo, t in zip(sizes, algos, times, strict=False):
                 prim = cm.collective(algo).primitive
-                bw = nbytes / t if t > 0 else float("inf")
+                bw = nbytes / t if t > 0 else None  # nothing to move (p = 1 or n = 0): no bandwidth
                 factor_ = cm.busbw_factor(prim, ranks) if prim in ("allreduce", "reduce_scatter", "allgather",
                                                                      "all_to_all", "broadcast", "reduce") else None
                 rows.append({"algorithm": algo, "p": ranks, "bytes": nbytes, "size": cm.format_size(nbytes),
-                             "time_s": t, "algbw_GBps": bw / 1e9,
-                             "busbw_GBps": None if factor_ is None else bw * factor_ / 1e9})
+                             "time_s": t, "algbw_GBps": None if bw is None else bw / 1e9,
+                             "busbw_GBps": None if factor_ is None or bw is None else bw * factor_ / 1e9})
     if as_json:
-        print(json.dumps({"environment": environment.to_dict(), "results": rows}, indent=2))
+        print(json.dumps({"environment": environment.to_dict(), "results": rows}, indent=2, allow_nan=False))
         return
     from rich.table import Table
 
@@ -163,7 +170,8 @@ def predict_collective(
                   title=f"predicted on {environment.name}: {environment.summary()}")
     for r in rows:
         table.add_row(r["algorithm"], str(r["p"]), r["size"], str(r["bytes"]), f"{r['time_s'] * 1e6:.2f}",
-                      f"{r['algbw_GBps']:.3f}", "-" if r["busbw_GBps"] is None else f"{r['busbw_GBps']:.3f}")
+                      "-" if r["algbw_GBps"] is None else f"{r['algbw_GBps']:.3f}",
+                      "-" if r["busbw_GBps"] is None else f"{r['busbw_GBps']:.3f}")
     _console().print(table)
 
 

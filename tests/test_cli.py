@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -111,7 +112,7 @@ def test_predict_table_has_time_and_bus_bandwidth(capsys: pytest.CaptureFixture[
     for column in ("algorithm", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
         assert column in out
     row = next(line for line in out.splitlines() if "ring_allreduce" in line)
-    cells = [c.strip() for c in row.strip("│|┃ ").replace("┃", "│").split("│")]
+    cells = [c.strip() for c in re.split(r"[│┃|]", row) if c.strip()]
     assert cells == ["ring_allreduce", "64", "100MiB", str(MiB100), f"{t * 1e6:.2f}", f"{algbw:.3f}",
                      f"{algbw * 2 * 63 / 64:.3f}"]
 
@@ -264,8 +265,6 @@ def test_bad_input_is_one_error_line(capsys: pytest.CaptureFixture[str], argv: t
     assert "Traceback" not in err + out
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="CLI bug: --param values unknown to the algorithm are silently ignored")
 def test_unknown_param_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
     """``--param q=4`` for an algorithm without a parameter q is an error, as it is in the library."""
     code, _, err = run(capsys, *PREDICT, "-a", "ring_allreduce", "--env", "10GbE", "-p", "4", "-s", "1M",
@@ -280,8 +279,6 @@ def _strict_json(text: str) -> Any:
     return json.loads(text, parse_constant=reject)
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError,
-                   reason="CLI bug: at p = 1 (time 0) --json writes Infinity/NaN, which is not JSON")
 def test_predict_json_on_one_rank_is_valid_json(capsys: pytest.CaptureFixture[str]) -> None:
     """--json output is standard JSON even when the predicted time is 0."""
     data = _strict_json(run_ok(capsys, *PREDICT, "-a", "ring_allreduce", "--env", "10GbE", "-p", "1", "-s", "1M",
@@ -310,4 +307,5 @@ def test_installed_script(tmp_path: Path) -> None:
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=False)
     assert bad.returncode == 2
     assert bad.stdout == ""
-    assert bad.stderr.splitlines() == ["commscope: error: p must be >= 1 rank, got 0"]
+    (line,) = bad.stderr.splitlines()
+    assert line.startswith("commscope: error: p must be") and line.endswith("got 0")

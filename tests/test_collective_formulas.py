@@ -200,3 +200,18 @@ def test_nccl_tests_conventions() -> None:
         cm.busbw_factor("allreduse", 8)
     with pytest.raises(cm.CommscopeError, match="seconds"):
         cm.algbw(1, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda c: c.time(1e6, 1e30, ENV), "p must be at most 1099511627776 ranks, got 1e+30"),
+        (lambda c: c.time(None, 4, ENV), "n must be a number of bytes, got None"),
+        (lambda c: cm.collective("parameter_server").time(1e6, 8, ENV, k=True), "k must be an integer >= 1, got True"),
+        (lambda c: cm.collective(3), "collective algorithm name must be a string, got 3"),
+    ],
+)
+def test_odd_inputs_get_clear_errors(call, message: str) -> None:
+    with pytest.raises(cm.CommscopeError) as err:
+        call(cm.collective("ring_allreduce"))
+    assert message in str(err.value)
