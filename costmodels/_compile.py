@@ -59,7 +59,8 @@ def _fewest_array_ops(expr: sp.Expr) -> sp.Expr:
 def compile_expr(expr: sp.Expr, size: sp.Symbol, args: Sequence[sp.Symbol]) -> CompiledExpr:
     """Compile ``expr(size, *args)``; affine-in-``size`` expressions get the two-pass evaluator."""
     args = tuple(args)
-    expr = sp.sympify(expr)
+    if not isinstance(expr, sp.Expr):
+        raise TypeError(f"expected a sympy expression, got {type(expr).__name__}")
     slope = sp.diff(expr, size)
     affine = not slope.has(size) and not expr.has(sp.Derivative)
     if affine:  # d expr / d size is free of size, so expr = intercept + slope * size exactly
