@@ -1,0 +1,37 @@
+"""The examples people read first run as written: the package docstring and the README's API block."""
+
+from __future__ import annotations
+
+import doctest
+import re
+from pathlib import Path
+
+import costmodels
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_costmodels_docstring_example() -> None:
+    result = doctest.testmod(costmodels, verbose=False)
+    assert result.attempted >= 2 and result.failed == 0
+
+
+def test_readme_starts_with_exactly_two_commands() -> None:
+    text = README.read_text()
+    first_block = re.match(r"```bash\n(.*?)```", text, re.S)
+    assert first_block, "README must open with a bash block"
+    commands = [line for line in first_block.group(1).splitlines() if line.strip()]
+    assert [c.split("#")[0].strip() for c in commands] == ["./dev.sh app", "./dev.sh test"]
+
+
+def test_readme_python_api_example_runs(capsys) -> None:
+    block = re.search(r"## Python API\n\n```python\n(.*?)```", README.read_text(), re.S)
+    assert block, "README has a Python API example"
+    assert len(block.group(1).strip().splitlines()) <= 12
+    exec(compile(block.group(1), "README.md", "exec"), {})  # the README's own code, not user input
+    assert "GB/s" in capsys.readouterr().out
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert "exec ./dev.sh test" in ci
