@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 import sympy as sp
-from scipy.optimize import brentq
 
 from ._inputs import as_scalar_or_array
 from .collectives import PRIMITIVES, Collective, collective, collectives
@@ -96,6 +95,8 @@ def crossover(a: str, b: str, *, p: int, env: Environment, n_min: float = 1.0,
                 sizes = [x]
         method = "symbolic"
     else:
+        from scipy.optimize import brentq  # imported here: it costs 0.3 s, and only this path needs it
+
         grid = np.geomspace(max(n_min, 1e-3), n_max, 4096)
         if n_min == 0:
             grid = np.concatenate([[0.0], grid])

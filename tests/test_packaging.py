@@ -14,18 +14,14 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_math_layers_import_without_torch_streamlit_or_plotly() -> None:
+    """Import time is measured by bench/bench_import.py, not here (timed unit tests are flaky)."""
     out = _run("""
-        import sys, time
-        t0 = time.perf_counter()
+        import sys
         import costmodels, convergence
-        dt = time.perf_counter() - t0
-        heavy = sorted(m for m in ("torch", "streamlit", "plotly", "pandas") if m in sys.modules)
-        print(heavy, dt)
+        print(sorted(m for m in ("torch", "streamlit", "plotly", "pandas", "scipy.optimize") if m in sys.modules))
     """)
     assert out.returncode == 0, out.stderr
-    heavy, dt = out.stdout.rsplit(" ", 1)
-    assert heavy == "[]"
-    assert float(dt) < 2.0  # "well under a second" on an idle machine; generous for a busy CI
+    assert out.stdout.strip() == "[]"
 
 
 def test_cli_does_not_import_torch() -> None:
