@@ -16,6 +16,7 @@ from .environment import Environment
 from .errors import CommscopeError, DomainError, UnknownNameError
 from .nccl_tests import algbw, busbw, busbw_factor
 from .presets import PRESETS
+from .profiles import Layer, ModelProfile, load_profile, profile, profiles
 from .registry import Registry
 from .units import format_size, parse_size, size_range
 
@@ -34,7 +35,9 @@ def environment(name: str) -> Environment:
 
 __all__ = [
     "COLLECTIVES", "PRESETS", "PRIMITIVES", "Cheapest", "Collective", "CommscopeError", "Crossover",
-    "Domain", "DomainError", "Environment", "Param", "Registry", "UnknownNameError", "algbw", "busbw",
+    "Domain", "DomainError", "Environment", "Layer", "ModelProfile", "Param", "Registry", "UnknownNameError",
+    "algbw", "busbw",
     "busbw_factor", "cheapest", "collective", "collectives", "crossover", "crossover_expr",
-    "environment", "environments", "format_size", "lower_bound", "parse_size", "size_range",
+    "environment", "environments", "format_size", "load_profile", "lower_bound", "parse_size", "profile",
+    "profiles", "size_range",
 ]

@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ._io import atomic_write_text
 from .errors import CommscopeError
 
 SCHEMA = "commscope.environment/1"
@@ -168,19 +168,7 @@ class Environment:
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write JSON atomically (temporary file + rename): a failure leaves any old file intact."""
-        path = Path(path)
-        text = self.to_json() + "\n"
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        return atomic_write_text(path, self.to_json() + "\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Environment:

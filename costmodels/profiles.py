@@ -1,0 +1,243 @@
+"""Model profiles: per-layer forward time, backward time and gradient bytes, in execution order.
+
+A :class:`ModelProfile` is what the iteration schedules consume (WFBP, tensor fusion, MG-WFBP,
+DeAR, ...). A layer here is one parameter tensor (or a module), listed in forward order; backward
+produces gradients in the reverse order. Profiles are measured by the layer-wise profiler
+(``commscope profile``) or estimated from per-layer FLOPs and a stated device throughput; the
+``origin`` field says which. Shipped reference profiles live in ``costmodels/data/profiles``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ._io import atomic_write_text
+from .errors import CommscopeError, UnknownNameError
+
+SCHEMA = "commscope.model_profile/1"
+ORIGINS = ("measured", "estimated")
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+
+
+def _nonneg(where: str, name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CommscopeError(f"{where}: {name} must be a number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or v < 0:
+        raise CommscopeError(f"{where}: {name} must be finite and >= 0, got {value!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One parameter tensor (or module) of a model.
+
+    Attributes:
+        name: e.g. ``"layer1.0.conv1.weight"``.
+        params: number of parameters.
+        grad_bytes: bytes of its gradient on the wire before compression.
+        forward_s, backward_s: compute time attributed to it in one iteration (seconds).
+    """
+
+    name: str
+    params: int
+    grad_bytes: float
+    forward_s: float
+    backward_s: float
+
+    def __post_init__(self) -> None:
+        where = f"layer {self.name!r}"
+        if not isinstance(self.name, str) or not self.name:
+            raise CommscopeError(f"a layer needs a non-empty name, got {self.name!r}")
+        if isinstance(self.params, bool) or not isinstance(self.params, int) or self.params < 0:
+            raise CommscopeError(f"{where}: params must be an integer >= 0, got {self.params!r}")
+        for f in ("grad_bytes", "forward_s", "backward_s"):
+            object.__setattr__(self, f, _nonneg(where, f, getattr(self, f)))
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """Layers of a model in forward execution order, with where the numbers came from.
+
+    Attributes:
+        name: model name (``"resnet50"``).
+        layers: :class:`Layer` objects in forward order.
+        device: the device the timings belong to (``"NVIDIA V100-SXM2-32GB"``).
+        dtype: dtype of the gradients (``"float32"``).
+        batch_size: per-worker batch size of the timings.
+        origin: ``"measured"`` (by the profiler) or ``"estimated"`` (from FLOPs).
+        source: how the numbers were obtained (device throughput assumed, profiler overhead, ...).
+        metadata: free JSON-able details (input shape, sequence length, FLOPs, ...).
+    """
+
+    name: str
+    layers: tuple[Layer, ...]
+    device: str
+    dtype: str
+    batch_size: int
+    origin: str
+    source: str
+    metadata: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        where = f"profile {self.name!r}"
+        if not isinstance(self.name, str) or not self.name:
+            raise CommscopeError(f"a profile needs a non-empty name, got {self.name!r}")
+        layers = tuple(self.layers)
+        if not layers:
+            raise CommscopeError(f"{where}: needs at least one layer")
+        if not all(isinstance(x, Layer) for x in layers):
+            raise CommscopeError(f"{where}: layers must be Layer objects")
+        names = [x.name for x in layers]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise CommscopeError(f"{where}: layer name {dup!r} appears twice")
+        object.__setattr__(self, "layers", layers)
+        if self.dtype not in DTYPE_BYTES:
+            raise CommscopeError(f"{where}: dtype must be one of {', '.join(DTYPE_BYTES)}, got {self.dtype!r}")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise CommscopeError(f"{where}: batch_size must be a positive integer, got {self.batch_size!r}")
+        if self.origin not in ORIGINS:
+            raise CommscopeError(f"{where}: origin must be one of {', '.join(ORIGINS)}, got {self.origin!r}")
+        object.__setattr__(self, "metadata", dict(self.metadata))
+
+    # ----------------------------------------------------------------- totals
+    @property
+    def params(self) -> int:
+        return sum(x.params for x in self.layers)
+
+    @property
+    def grad_bytes(self) -> float:
+        return sum(x.grad_bytes for x in self.layers)
+
+    @property
+    def forward_s(self) -> float:
+        return sum(x.forward_s for x in self.layers)
+
+    @property
+    def backward_s(self) -> float:
+        return sum(x.backward_s for x in self.layers)
+
+    @property
+    def compute_s(self) -> float:
+        """Forward plus backward time of one iteration on one worker."""
+        return self.forward_s + self.backward_s
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def column(self, attribute: str) -> list[float]:
+        """One attribute of every layer, in forward order."""
+        return [getattr(x, attribute) for x in self.layers]
+
+    # ------------------------------------------------------------- transforms
+    def rescaled(self, total_iteration_time: float) -> ModelProfile:
+        """Same model on another device: every forward and backward time scaled by one factor so
+        that forward + backward equals ``total_iteration_time``; per-layer proportions are kept."""
+        t = _nonneg(f"profile {self.name!r}", "total_iteration_time", total_iteration_time)
+        if t <= 0:
+            raise CommscopeError(f"total_iteration_time must be > 0, got {total_iteration_time!r}")
+        if self.compute_s <= 0:
+            raise CommscopeError(f"profile {self.name!r} has no compute time to rescale")
+        k = t / self.compute_s
+        layers = tuple(replace(x, forward_s=x.forward_s * k, backward_s=x.backward_s * k) for x in self.layers)
+        meta = {**self.metadata, "rescaled_from_compute_s": self.compute_s}
+        return replace(self, layers=layers, source=f"{self.source}; rescaled by {k:.6g} to {t:.6g} s",
+                       metadata=meta)
+
+    # ------------------------------------------------------------------- JSON
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA, "name": self.name, "device": self.device, "dtype": self.dtype,
+            "batch_size": self.batch_size, "origin": self.origin, "source": self.source,
+            "metadata": dict(self.metadata),
+            "columns": ["name", "params", "grad_bytes", "forward_s", "backward_s"],
+            "layers": [[x.name, x.params, x.grad_bytes, x.forward_s, x.backward_s] for x in self.layers],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelProfile:
+        if not isinstance(data, Mapping):
+            raise CommscopeError(f"a model profile must be a JSON object, got {type(data).__name__}")
+        if data.get("schema") != SCHEMA:
+            raise CommscopeError(f"unsupported model profile schema {data.get('schema')!r}; expected {SCHEMA!r}")
+        required = ("name", "device", "dtype", "batch_size", "origin", "source", "columns", "layers")
+        missing = [k for k in required if k not in data]
+        if missing:
+            raise CommscopeError(f"model profile is missing field(s): {', '.join(missing)}")
+        columns = list(data["columns"])
+        need = ["name", "params", "grad_bytes", "forward_s", "backward_s"]
+        if sorted(columns) != sorted(need):
+            raise CommscopeError(f"model profile columns must be {need}, got {columns}")
+        layers = []
+        for i, row in enumerate(data["layers"]):
+            if not isinstance(row, Sequence) or isinstance(row, str) or len(row) != len(columns):
+                raise CommscopeError(f"layer {i}: expected a list of {len(columns)} values, got {row!r}")
+            layers.append(Layer(**dict(zip(columns, row, strict=True))))
+        return cls(name=data["name"], layers=tuple(layers), device=data["device"], dtype=data["dtype"],
+                   batch_size=data["batch_size"], origin=data["origin"], source=data["source"],
+                   metadata=data.get("metadata", {}))
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write JSON atomically (temporary file + rename): a failure leaves any old file intact."""
+        return atomic_write_text(path, json.dumps(self.to_dict(), allow_nan=False) + "\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ModelProfile:
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CommscopeError(f"cannot read model profile {str(path)!r}: {exc.strerror}") from None
+        try:
+            return cls.from_dict(json.loads(text))
+        except json.JSONDecodeError as exc:
+            raise CommscopeError(f"{path}: not valid JSON: {exc}") from None
+        except CommscopeError as exc:
+            raise CommscopeError(f"{path}: {exc}") from None
+
+
+# ------------------------------------------------------------------------- shipped profiles
+_PACKAGE_DATA = "costmodels.data.profiles"
+
+
+def _shipped_files() -> dict[str, Any]:
+    return {p.name[: -len(".json")]: p for p in resources.files(_PACKAGE_DATA).iterdir()
+            if p.name.endswith(".json")}
+
+
+def profiles() -> list[str]:
+    """Names of the shipped reference profiles."""
+    return sorted(_shipped_files())
+
+
+@cache
+def _load_shipped(name: str) -> ModelProfile:
+    return ModelProfile.from_dict(json.loads(_shipped_files()[name].read_text(encoding="utf-8")))
+
+
+def profile(name: str) -> ModelProfile:
+    """A shipped reference profile by name (``cm.profiles()`` lists them)."""
+    files = _shipped_files()
+    key = name.lower() if isinstance(name, str) else name
+    if key not in files:
+        raise UnknownNameError("model profile", name, files)
+    return _load_shipped(key)
+
+
+def load_profile(path: str | os.PathLike[str]) -> ModelProfile:
+    """A model profile from a JSON file (as written by ``ModelProfile.save`` or the profiler)."""
+    return ModelProfile.load(path)
+
+
+def layers_from_rows(rows: Iterable[tuple[str, int, float, float, float]]) -> tuple[Layer, ...]:
+    """Layers from ``(name, params, grad_bytes, forward_s, backward_s)`` rows."""
+    return tuple(Layer(*row) for row in rows)
