@@ -18,6 +18,8 @@ from .nccl_tests import algbw, busbw, busbw_factor
 from .presets import PRESETS
 from .profiles import Layer, ModelProfile, load_profile, profile, profiles
 from .registry import Registry
+from .schedules import SCHEDULES, IterationResult, Schedule, schedule, schedules, simulate
+from .timeline import Event, Timeline
 from .units import format_size, parse_size, size_range
 
 
@@ -34,10 +36,44 @@ def environment(name: str) -> Environment:
 
 
 __all__ = [
-    "COLLECTIVES", "PRESETS", "PRIMITIVES", "Cheapest", "Collective", "CommscopeError", "Crossover",
-    "Domain", "DomainError", "Environment", "Layer", "ModelProfile", "Param", "Registry", "UnknownNameError",
-    "algbw", "busbw",
-    "busbw_factor", "cheapest", "collective", "collectives", "crossover", "crossover_expr",
-    "environment", "environments", "format_size", "load_profile", "lower_bound", "parse_size", "profile",
-    "profiles", "size_range",
+    "COLLECTIVES",
+    "PRESETS",
+    "PRIMITIVES",
+    "SCHEDULES",
+    "Cheapest",
+    "Collective",
+    "CommscopeError",
+    "Crossover",
+    "Domain",
+    "DomainError",
+    "Environment",
+    "Event",
+    "IterationResult",
+    "Layer",
+    "ModelProfile",
+    "Param",
+    "Registry",
+    "Schedule",
+    "Timeline",
+    "UnknownNameError",
+    "algbw",
+    "busbw",
+    "busbw_factor",
+    "cheapest",
+    "collective",
+    "collectives",
+    "crossover",
+    "crossover_expr",
+    "environment",
+    "environments",
+    "format_size",
+    "load_profile",
+    "lower_bound",
+    "parse_size",
+    "profile",
+    "profiles",
+    "schedule",
+    "schedules",
+    "simulate",
+    "size_range",
 ]

@@ -1,0 +1,168 @@
+"""Iteration schedules: hand-worked three-layer examples, bounds, limits and conservation laws.
+
+The hand examples use p = 2 and ring_allreduce on alpha = 1 ms, beta = 1 us/B, gamma = 0, so a
+message of m bytes costs c(m) = 2 (p-1) alpha + 2 (p-1)/p m beta = 2 ms + m us.
+Three layers (forward order 0, 1, 2) with gradients of 1000, 2000, 3000 B (c = 3, 4, 5 ms),
+forward 1, 2, 3 ms and backward 2, 4, 6 ms: F = 6 ms, and backward runs 2, 1, 0 so the gradients
+are ready at 12 ms (layer 2), 16 ms (layer 1) and 18 ms (layer 0).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import costmodels as cm
+from costmodels.schedules import B, C, Comm, F, greedy_buckets, mgwfbp_groups
+
+MS = 1e-3
+ENV = cm.Environment(alpha=1e-3, beta=1e-6, gamma=0.0)
+PROF = cm.ModelProfile(
+    name="three", device="hand", dtype="float32", batch_size=4, origin="estimated", source="hand example",
+    layers=(cm.Layer("l0", 250, 1000.0, 1 * MS, 2 * MS), cm.Layer("l1", 500, 2000.0, 2 * MS, 4 * MS),
+            cm.Layer("l2", 750, 3000.0, 3 * MS, 6 * MS)),
+)
+
+
+def sim(schedule: str, **kw) -> cm.IterationResult:
+    return cm.simulate(PROF, ENV, 2, schedule, collective="ring_allreduce", **kw)
+
+
+def comm_spans(r: cm.IterationResult) -> list[tuple[float, float]]:
+    return [(round(e.start / MS, 9), round(e.end / MS, 9)) for e in r.timeline.on("comm")]
+
+
+def test_bsp_by_hand() -> None:
+    # all messages after backward (18 ms): 5 + 4 + 3 ms -> 30 ms
+    r = sim("bsp")
+    assert comm_spans(r) == [(18, 23), (23, 27), (27, 30)]
+    assert r.iteration_time == pytest.approx(30 * MS)
+
+
+def test_wfbp_by_hand() -> None:
+    # layer 2 at 12 -> 17; layer 1 ready 16, link free 17 -> 21; layer 0 ready 18, link free 21 -> 24
+    r = sim("wfbp")
+    assert comm_spans(r) == [(12, 17), (17, 21), (21, 24)]
+    assert r.iteration_time == pytest.approx(24 * MS)
+
+
+def test_fusion_by_hand() -> None:
+    # first bucket cap 2500 B: layer 2 (3000 B) closes it; then 2000 + 1000 = 3000 < 4000 stays open
+    # bucket 1: ready 12, 12 -> 17; bucket 2 (3000 B, c = 5 ms): ready 18 -> 23
+    r = sim("fusion", bucket_bytes=4000, first_bucket_bytes=2500)
+    assert comm_spans(r) == [(12, 17), (18, 23)]
+    assert r.iteration_time == pytest.approx(23 * MS) and r.details["buckets"] == 2
+
+
+def test_ddp_bucket_rule() -> None:
+    """DDP closes a bucket once it reaches the cap; the first bucket has its own cap."""
+    assert greedy_buckets(np.array([1, 1, 3, 2, 2, 5]), cap=4, first_cap=2) == [[0, 1], [2, 3], [4, 5]]
+    assert greedy_buckets(np.array([10, 1]), cap=4) == [[0], [1]]
+
+
+def test_mgwfbp_merge_decisions_by_hand() -> None:
+    # a = c(0) = 2 ms. Group [2] would start at 12; layer 1 is ready at 16, not before 12 + 2: layer 2 goes
+    # alone (link busy until 17). Group [1] starts at max(17, 16) = 17; layer 0 is ready at 18 < 17 + 2: merge.
+    ready = np.array([18, 16, 12]) * MS
+    comm = Comm("allreduce", 2, ENV, "ring_allreduce")
+    assert comm.latency() == pytest.approx(2 * MS)
+    assert mgwfbp_groups(ready, np.array([1000.0, 2000.0, 3000.0]), comm) == [[2], [1, 0]]
+    r = sim("mgwfbp")
+    assert comm_spans(r) == [(12, 17), (18, 23)]  # one message fewer than WFBP: 23 ms instead of 24
+    assert r.iteration_time == pytest.approx(23 * MS)
+
+
+def test_ps_by_hand() -> None:
+    # one server: c(m) = 2 alpha + 2 max(p/k, 1) m beta = 2 ms + 4 m us: 14, 10, 6 ms; WFBP order from 12 ms
+    r = cm.simulate(PROF, ENV, 2, "ps", k=1)
+    assert comm_spans(r) == [(12, 26), (26, 36), (36, 42)]
+    assert r.details["servers"] == 1
+
+
+def test_local_sgd_by_hand() -> None:
+    # averaging the whole model (6000 B): 2 + 6 = 8 ms every H = 4 steps: 18 + 8/4 = 20 ms per step
+    r = sim("local_sgd", H=4)
+    assert r.iteration_time == pytest.approx(20 * MS)
+    assert r.details["averaging_time"] == pytest.approx(8 * MS)
+
+
+def test_rates() -> None:
+    r = sim("wfbp")
+    assert r.throughput == pytest.approx(2 * 4 / (24 * MS))
+    assert r.scaling_efficiency == pytest.approx(18 / 24) and r.speedup == pytest.approx(2 * 18 / 24)
+
+
+ALL = ["bsp", "wfbp", "fusion", "mgwfbp", "ps", "local_sgd"]
+
+
+@pytest.mark.parametrize("schedule", ALL)
+def test_one_worker_is_forward_plus_backward(schedule: str) -> None:
+    prof = cm.profile("resnet50")
+    r = cm.simulate(prof, cm.environment("10GbE"), 1, schedule)
+    assert r.iteration_time == pytest.approx(prof.compute_s) and r.timeline.on("comm") == []
+
+
+@pytest.mark.parametrize("schedule", ["wfbp", "fusion", "mgwfbp"])
+def test_free_network_hides_all_communication(schedule: str) -> None:
+    """alpha = 0 and (nearly) infinite bandwidth: every overlapping schedule takes the compute time."""
+    env = cm.Environment(alpha=0.0, beta=1e-30, gamma=0.0)
+    prof = cm.profile("bert-base")
+    assert cm.simulate(prof, env, 64, schedule).iteration_time == pytest.approx(prof.compute_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("schedule", ["bsp", "wfbp", "fusion", "mgwfbp", "ps"])
+@pytest.mark.parametrize("model", ["resnet50", "bert-base", "vgg16"])
+def test_between_closed_form_bounds_and_bytes_conserved(schedule: str, model: str) -> None:
+    prof, env = cm.profile(model), cm.environment("25GbE")
+    r = cm.simulate(prof, env, 16, schedule)
+    comm = r.timeline.on("comm")
+    values = {F: prof.forward_s, B: prof.backward_s, C: sum(e.duration for e in comm)}
+    entry = cm.schedule(schedule)
+    lo, hi = float(entry.perfect_overlap.subs(values)), float(entry.no_overlap.subs(values))
+    assert lo * (1 - 1e-12) <= r.iteration_time <= hi * (1 + 1e-12)
+    assert r.timeline.bytes_sent() == pytest.approx(prof.grad_bytes)  # every gradient byte sent exactly once
+    for a, b in itertools.pairwise(comm):
+        assert b.start >= a.end - 1e-15  # one message at a time on the link
+
+
+@pytest.mark.parametrize("schedule", ALL)
+def test_monotone_in_alpha_beta_and_p(schedule: str) -> None:
+    prof, env = cm.profile("resnet50"), cm.environment("10GbE")
+    t = cm.simulate(prof, env, 16, schedule).iteration_time
+    assert cm.simulate(prof, env.with_(alpha=env.alpha * 4), 16, schedule).iteration_time >= t
+    assert cm.simulate(prof, env.with_(beta=env.beta * 4), 16, schedule).iteration_time >= t
+    times = [cm.simulate(prof, env, p, schedule, collective="ring_allreduce" if schedule != "ps" else None)
+             .iteration_time for p in (2, 4, 8, 16, 32)]
+    assert times == sorted(times)
+
+
+def test_bad_input() -> None:
+    prof = cm.profile("resnet50")
+    with pytest.raises(cm.UnknownNameError, match="wfbp"):
+        cm.simulate(prof, ENV, 4, "wfbq")
+    with pytest.raises(cm.CommscopeError, match="needs a allreduce algorithm, but ring_allgather implements"):
+        cm.simulate(prof, ENV, 4, "wfbp", collective="ring_allgather")
+    with pytest.raises(cm.CommscopeError, match="p must be a positive integer number of workers, got 0"):
+        cm.simulate(prof, ENV, 0, "wfbp")
+    with pytest.raises(cm.CommscopeError, match="bucket_bytes must be a positive number of bytes"):
+        cm.simulate(prof, ENV, 4, "fusion", bucket_bytes=-1)
+    with pytest.raises(cm.CommscopeError, match=r"H .* must be a positive integer, got 0"):
+        cm.simulate(prof, ENV, 4, "local_sgd", H=0)
+    with pytest.raises(cm.CommscopeError, match="always uses the parameter_server"):
+        cm.simulate(prof, ENV, 4, "ps", collective="ring_allreduce")
+    assert cm.simulate(prof, ENV, 4, "fusion", bucket_bytes="25MiB").details["buckets"] >= 1
+
+
+def test_chrome_trace_export(tmp_path) -> None:
+    import json
+
+    r = sim("wfbp")
+    path = r.timeline.save_chrome_trace(tmp_path / "trace.json")
+    trace = json.loads(path.read_text())
+    xs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(xs) == 3 + 3 + 3  # forward, backward, messages
+    first_comm = next(e for e in xs if e["cat"] == "allreduce")
+    assert first_comm["ts"] == pytest.approx(12_000) and first_comm["dur"] == pytest.approx(5_000)  # microseconds
+    assert {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"} == {"compute", "comm"}
