@@ -326,6 +326,11 @@ for _entry in (
     SCHEDULES.register(_entry)
 
 
+from . import schedules_overlap as _overlap  # noqa: E402  (registers bytescheduler and dear)
+
+best_dear_buffer = _overlap.best_dear_buffer
+
+
 def schedules() -> list[str]:
     """Names of the registered schedules."""
     return SCHEDULES.names()

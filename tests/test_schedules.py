@@ -166,3 +166,75 @@ def test_chrome_trace_export(tmp_path) -> None:
     first_comm = next(e for e in xs if e["cat"] == "allreduce")
     assert first_comm["ts"] == pytest.approx(12_000) and first_comm["dur"] == pytest.approx(5_000)  # microseconds
     assert {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"} == {"compute", "comm"}
+
+
+# ------------------------------------------------------------------ overlap with the next forward
+def test_dear_by_hand() -> None:
+    # Ring RS and AG on p = 2: 1 ms + m/2 us each. Buffer 2500 B in backward order: groups [2] (3000 B) and
+    # [1, 0] (3000 B); every RS and AG takes 2.5 ms. Iteration 1: RS[2] 12-14.5, RS[1,0] 18-20.5,
+    # AG[1,0] 20.5-23, AG[2] 23-25.5. Iteration 2: forward waits for AG[1,0]: starts at 23; l2's forward
+    # waits for AG[2] (25.5) but l1 ends at 26 first. Steady period = 46 - 23 = 23 ms; the window
+    # [46, 69) holds AG[2] (0-2.5), RS[2] (12-14.5), RS[1,0] (18-20.5), AG[1,0] (20.5-23).
+    r = sim("dear", buffer_bytes=2500)
+    assert r.iteration_time == pytest.approx(23 * MS)
+    assert [(e.kind, s) for e, s in zip(r.timeline.on("comm"), comm_spans(r), strict=True)] == [
+        ("allgather", (0, 2.5)), ("reduce_scatter", (12, 14.5)), ("reduce_scatter", (18, 20.5)),
+        ("allgather", (20.5, 23)),
+    ]
+    assert r.timeline.bytes_sent("reduce_scatter") == r.timeline.bytes_sent("allgather") == PROF.grad_bytes
+
+
+def test_bytescheduler_by_hand() -> None:
+    # Partitions of 1000 B (l0: 1, l1: 2, l2: 3), credit 2000 B, c(m) = 2 ms + m us, priority l0 > l1 > l2.
+    # Iteration 3 (steady): backward ends at 66 (l2 ready 60, l1 64, l0 66). Link: l2p0+l2p1 60-64,
+    # l1p0+l1p1 64-68 (l1 ready at 64), then l0p0 with l2p2 68-72 (l0 outranks the rest of l2).
+    # Next forward waits for l0 (72): period 72 - 48 = 24 ms, window [48, 72).
+    r = sim("bytescheduler", partition_bytes=1000, credit_bytes=2000)
+    assert r.iteration_time == pytest.approx(24 * MS)
+    assert comm_spans(r) == [(12, 16), (16, 20), (20, 24)]
+    assert r.timeline.bytes_sent() == PROF.grad_bytes and r.details["partitions"] == 6
+
+
+def test_dear_moves_exactly_the_bytes_of_an_allreduce() -> None:
+    """RS + AG of each group costs what an allreduce of it costs (ring: (p-1)/p n each way)."""
+    prof, env, p = cm.profile("resnet50"), cm.environment("IB-EDR"), 16
+    r = cm.simulate(prof, env, p, "dear", collective="ring_allreduce")
+    from costmodels.schedules_overlap import dear_groups
+
+    sizes = [float(np.array(prof.column("grad_bytes"))[g].sum()) for g in dear_groups(
+        np.array(prof.column("grad_bytes")), r.details["buffer_bytes"])]
+    ring = cm.collective("ring_allreduce").time(np.array(sizes), p, env)
+    assert sum(e.duration for e in r.timeline.on("comm")) == pytest.approx(float(np.sum(ring)), rel=1e-12)
+    assert r.timeline.bytes_sent("reduce_scatter") == pytest.approx(prof.grad_bytes)
+
+
+@pytest.mark.parametrize("schedule", ["dear", "bytescheduler"])
+@pytest.mark.parametrize("model", ["resnet50", "bert-base"])
+def test_overlapping_schedules_between_bounds(schedule: str, model: str) -> None:
+    prof, env = cm.profile(model), cm.environment("10GbE")
+    r = cm.simulate(prof, env, 16, schedule)
+    comm = r.timeline.on("comm")
+    values = {F: prof.forward_s, B: prof.backward_s, C: sum(e.duration for e in comm)}
+    entry = cm.schedule(schedule)
+    assert float(entry.perfect_overlap.subs(values)) * (1 - 1e-9) <= r.iteration_time
+    assert r.iteration_time <= float(entry.no_overlap.subs(values)) * (1 + 1e-9)
+    assert all(b.start >= a.end - 1e-12 for a, b in itertools.pairwise(comm))
+
+
+def test_best_dear_buffer_is_no_worse_than_other_sizes() -> None:
+    from costmodels.schedules_overlap import best_dear_buffer
+
+    prof, env = cm.profile("vgg16"), cm.environment("10GbE")
+    cap, best = best_dear_buffer(prof, env, 8, "ring_allreduce")
+    for size in ("1MiB", "4MiB", "25MiB", "64MiB", "256MiB"):
+        other = cm.simulate(prof, env, 8, "dear", collective="ring_allreduce", buffer_bytes=size)
+        assert best.iteration_time <= other.iteration_time * (1 + 1e-12)
+    assert cm.simulate(prof, env, 8, "dear", collective="ring_allreduce", buffer_bytes=cap).iteration_time == \
+        pytest.approx(best.iteration_time)
+
+
+def test_dear_and_bytescheduler_bad_options() -> None:
+    with pytest.raises(cm.CommscopeError, match="dear decouples an allreduce"):
+        cm.simulate(PROF, ENV, 2, "dear", collective="parameter_server")
+    with pytest.raises(cm.CommscopeError, match="credit_bytes"):
+        sim("bytescheduler", partition_bytes=4000, credit_bytes=1000)

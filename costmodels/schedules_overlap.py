@@ -1,0 +1,209 @@
+"""Schedules that overlap communication with the next iteration's forward: ByteScheduler and DeAR.
+
+Both are simulated over consecutive iterations until the pattern repeats: the forward of layer l
+in iteration k+1 may start only when layer l's parameters are updated, i.e. when its gradient of
+iteration k has been fully communicated. The reported ``iteration_time`` is the steady-state
+period (between the forward starts of the last two simulated iterations), and the timeline is
+that period's window, shifted to start at 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .environment import Environment
+from .errors import CommscopeError
+from .profiles import ModelProfile
+from .schedules import (
+    DDP_BUCKET_BYTES,
+    SCHEDULES,
+    Comm,
+    IterationResult,
+    Schedule,
+    _bytes_option,
+    _validated,
+    greedy_buckets,
+)
+from .timeline import Event, Timeline
+
+ITERATIONS = 4  # the pattern repeats from the second iteration on; four leave a margin
+CommPlan = Callable[[np.ndarray, float], tuple[list[Event], np.ndarray, float]]
+
+
+def _steady_state(name: str, prof: ModelProfile, p: int, plan: CommPlan, **details: Any) -> IterationResult:
+    """Run ITERATIONS iterations; ``plan(ready, link_free) -> (events, done_per_layer, link_free)``."""
+    fwd, bwd = np.array(prof.column("forward_s")), np.array(prof.column("backward_s"))
+    names = [x.name for x in prof.layers]
+    done = np.zeros(len(prof))  # parameters of iteration 0 are available at t = 0
+    t, link, starts, windows = 0.0, 0.0, [], []
+    for _ in range(ITERATIONS):
+        events = []
+        first = True
+        for i in range(len(prof)):
+            s = max(t, float(done[i]))
+            if first:
+                starts.append(s)
+                first = False
+            events.append(Event("compute", "forward", names[i], s, s + fwd[i]))
+            t = s + fwd[i]
+        ready = np.empty(len(prof))
+        for i in range(len(prof) - 1, -1, -1):
+            events.append(Event("compute", "backward", names[i], t, t + bwd[i]))
+            t += bwd[i]
+            ready[i] = t
+        comm_events, done, link = plan(ready, link) if p > 1 else ([], ready * 0, link)
+        windows.append(events + comm_events)
+    period = starts[-1] - starts[-2]
+    lo, hi = starts[-2], starts[-1]
+    window = [e for es in windows for e in es if lo - 1e-15 <= e.start < hi - 1e-15 or (e.start == e.end == lo)]
+    shifted = [Event(e.stream, e.kind, e.label, e.start - lo, e.end - lo, e.nbytes) for e in window]
+    return IterationResult(name, p, max(period, prof.compute_s), prof.compute_s, prof.batch_size,
+                           Timeline.of(shifted), {**details, "iterations_simulated": ITERATIONS})
+
+
+# ---------------------------------------------------------------------------------------- DeAR
+DECOUPLED = {
+    "ring_allreduce": ("ring_reduce_scatter", "ring_allgather"),
+    "rabenseifner_allreduce": ("recursive_halving_reduce_scatter", "recursive_doubling_allgather"),
+}
+
+
+def dear_groups(nbytes: np.ndarray, buffer_bytes: float) -> list[list[int]]:
+    """Fused groups of consecutive layers in backward order, each filled up to ``buffer_bytes``."""
+    order = np.arange(len(nbytes) - 1, -1, -1)
+    return [[int(order[j]) for j in g] for g in greedy_buckets(nbytes[order], buffer_bytes)]
+
+
+def _dear(prof: ModelProfile, env: Environment, p: int, collective: str | None = None, *,
+          buffer_bytes: Any = DDP_BUCKET_BYTES, **params: Any) -> IterationResult:
+    nbytes, names = _validated(prof, env, p)
+    cap = _bytes_option("buffer_bytes", buffer_bytes)
+    if collective is None:
+        rs_name = ag_name = None
+    elif collective in DECOUPLED:
+        rs_name, ag_name = DECOUPLED[collective]
+    else:
+        raise CommscopeError(
+            f"dear decouples an allreduce into reduce-scatter + allgather; it knows how to for "
+            f"{', '.join(DECOUPLED)} (or None for the cheapest of each), got {collective!r}"
+        )
+    rs = Comm("reduce_scatter", p, env, rs_name, params)
+    ag = Comm("allgather", p, env, ag_name, params)
+    groups = dear_groups(nbytes, cap)
+    sizes = np.array([nbytes[g].sum() for g in groups])
+    t_rs, t_ag = rs(sizes), ag(sizes)
+    labels = [names[g[0]] if len(g) == 1 else f"{names[g[-1]]}..{names[g[0]]} ({len(g)})" for g in groups]
+
+    def plan(ready: np.ndarray, link: float) -> tuple[list[Event], np.ndarray, float]:
+        events, done = [], np.empty(len(ready))
+        rs_end = np.empty(len(groups))
+        for j, g in enumerate(groups):  # backward order: reduce-scatter as each group's gradients are ready
+            s = max(link, float(ready[g].max()))
+            link = rs_end[j] = s + t_rs[j]
+            events.append(Event("comm", "reduce_scatter", labels[j], s, link, float(sizes[j])))
+        for j in range(len(groups) - 1, -1, -1):  # forward order: all-gather before the group's next forward
+            s = max(link, rs_end[j])
+            link = s + t_ag[j]
+            events.append(Event("comm", "allgather", labels[j], s, link, float(sizes[j])))
+            done[groups[j]] = link
+        return events, done, link
+
+    return _steady_state("dear", prof, p, plan, groups=len(groups), buffer_bytes=cap)
+
+
+def best_dear_buffer(prof: ModelProfile, env: Environment, p: int, collective: str | None = None,
+                     **params: Any) -> tuple[float, IterationResult]:
+    """The fusion buffer size that minimises DeAR's iteration time, by exact search.
+
+    The grouping only changes where the threshold crosses a sum of consecutive gradient sizes, so
+    trying one threshold per distinct grouping is exhaustive. Candidates: every sum of a run of
+    consecutive layers (in backward order) up to the model size, deduplicated by the grouping they
+    produce. DeAR's paper tunes this by Bayesian optimisation in [1, 256] MB; the exact search
+    finds the optimum of this model instead.
+    """
+    nbytes, _ = _validated(prof, env, p)
+    order = nbytes[::-1]
+    csum = np.concatenate([[0.0], np.cumsum(order)])
+    runs = np.unique((csum[None, :] - csum[:, None])[np.triu_indices(len(csum), 1)])
+    seen, best = set(), None
+    for cap in runs:
+        key = tuple(len(g) for g in greedy_buckets(order, float(cap)))
+        if key in seen:
+            continue
+        seen.add(key)
+        r = _dear(prof, env, p, collective, buffer_bytes=float(cap), **params)
+        if best is None or r.iteration_time < best[1].iteration_time:
+            best = (float(cap), r)
+    assert best is not None
+    return best
+
+
+# ------------------------------------------------------------------------------ ByteScheduler
+def _bytescheduler(prof: ModelProfile, env: Environment, p: int, collective: str | None = None, *,
+                   partition_bytes: Any = 4 * 2**20, credit_bytes: Any = 16 * 2**20, **params: Any
+                   ) -> IterationResult:
+    nbytes, names = _validated(prof, env, p)
+    part = _bytes_option("partition_bytes", partition_bytes)
+    credit = _bytes_option("credit_bytes", credit_bytes)
+    if credit < part:
+        raise CommscopeError(f"credit_bytes ({credit:g}) must be at least one partition ({part:g} bytes)")
+    comm = Comm("allreduce", p, env, collective, params)
+    # partitions: (layer, bytes), priority = layer index (closest to the input first)
+    parts = [(i, min(part, nbytes[i] - k * part)) for i in range(len(prof))
+             for k in range(max(1, math.ceil(nbytes[i] / part)))]
+    layer_of = np.array([q[0] for q in parts])
+    size_of = np.array([q[1] for q in parts], dtype=float)
+
+    def plan(ready: np.ndarray, link: float) -> tuple[list[Event], np.ndarray, float]:
+        events, done = [], np.zeros(len(ready))
+        pending = list(range(len(parts)))  # sorted by priority (layer, chunk)
+        part_ready = ready[layer_of]
+        while pending:
+            avail = [q for q in pending if part_ready[q] <= link]
+            if not avail:
+                link = min(part_ready[q] for q in pending)
+                continue
+            batch, total = [], 0.0
+            for q in avail:  # highest priority first, up to the credit
+                if batch and total + size_of[q] > credit:
+                    break
+                batch.append(q)
+                total += size_of[q]
+            dt = float(comm(total)[0])
+            lo, hi = names[layer_of[batch[0]]], names[layer_of[batch[-1]]]
+            events.append(Event("comm", "allreduce", lo if lo == hi else f"{lo}..{hi}", link, link + dt, total))
+            link += dt
+            for q in batch:
+                done[layer_of[q]] = max(done[layer_of[q]], link)
+            taken = set(batch)
+            pending = [q for q in pending if q not in taken]
+        return events, done, link
+
+    return _steady_state("bytescheduler", prof, p, plan, partitions=len(parts), partition_bytes=part,
+                         credit_bytes=credit)
+
+
+import sympy as sp  # noqa: E402
+
+from .schedules import B, C, F  # noqa: E402
+
+for _entry in (
+    Schedule("bytescheduler",
+             "tensors split into partitions sent by priority (input layers first) within a credit, "
+             "overlapping the next iteration's forward",
+             "Peng et al., 'A generic communication scheduler for distributed DNN training acceleration' "
+             "(ByteScheduler), SOSP 2019; Jayarajan et al., P3, SysML 2019", "allreduce",
+             {"partition_bytes": 4 * 2**20, "credit_bytes": 16 * 2**20}, _bytescheduler,
+             perfect_overlap=sp.Max(F + B, C)),
+    Schedule("dear",
+             "reduce-scatter of fused groups during backward, all-gather of each group before its forward "
+             "in the next iteration",
+             "Zhang, Shi, et al., 'DeAR: accelerating distributed deep learning with fine-grained all-reduce "
+             "pipelining', ICDCS 2023 (arXiv 2302.12445)", "allreduce", {"buffer_bytes": DDP_BUCKET_BYTES},
+             _dear, perfect_overlap=sp.Max(F + B, C)),
+):
+    SCHEDULES.register(_entry)
