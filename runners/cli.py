@@ -39,16 +39,16 @@ def _console():
 
 
 # --------------------------------------------------------------------------------------- list
-LISTABLE = ("collectives", "environments", "primitives")
+LISTABLE = ("collectives", "environments", "primitives", "profiles", "schedules")
 
 
 @app.command("list")
 def list_(
-    what: Annotated[str, typer.Argument(help="collectives | environments | primitives")],
+    what: Annotated[str, typer.Argument(help="collectives | environments | primitives | profiles | schedules")],
     primitive: Annotated[str | None, typer.Option(help="only algorithms of this primitive")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
-    """List registered collective algorithms, preset environments or primitives."""
+    """List collective algorithms, preset environments, primitives, model profiles or schedules."""
     from rich.table import Table
 
     if what not in LISTABLE:
@@ -62,6 +62,14 @@ def list_(
         data = [{"name": e.name, "description": e.description, "summary": e.summary(), "source": e.source}
                 for e in (cm.environment(x) for x in cm.environments())]
         cols = ("name", "description", "summary")
+    elif what == "profiles":
+        data = [{"name": x.name, "layers": len(x), "params": x.params, "batch_size": x.batch_size,
+                 "origin": x.origin, "device": x.device} for x in (cm.profile(n) for n in cm.profiles())]
+        cols = ("name", "layers", "params", "batch_size", "origin")
+    elif what == "schedules":
+        data = [{"name": s.name, "description": s.description, "options": dict(s.options), "source": s.source}
+                for s in (cm.schedule(n) for n in cm.schedules())]
+        cols = ("name", "description", "options")
     else:
         data = [{"name": k, "n": v} for k, v in cm.PRIMITIVES.items()]
         cols = ("name", "n")
@@ -172,6 +180,97 @@ def predict_collective(
         table.add_row(r["algorithm"], str(r["p"]), r["size"], str(r["bytes"]), f"{r['time_s'] * 1e6:.2f}",
                       "-" if r["algbw_GBps"] is None else f"{r['algbw_GBps']:.3f}",
                       "-" if r["busbw_GBps"] is None else f"{r['busbw_GBps']:.3f}")
+    _console().print(table)
+
+
+def _int_list(items: list[str], what: str) -> list[int]:
+    out = []
+    for item in items:
+        for x in item.split(","):
+            x = x.strip()
+            if not x:
+                continue
+            try:
+                v = int(x)
+            except ValueError:
+                raise UsageError(f"{what} must be positive integers (e.g. 4,8,16), got {x!r}") from None
+            if v < 1:
+                raise UsageError(f"{what} must be positive integers, got {v}")
+            out.append(v)
+    if not out:
+        raise UsageError(f"give at least one value for {what}")
+    return out
+
+
+def _options(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--option must look like NAME=VALUE, got {item!r}")
+        value = value.strip()
+        try:
+            out[key.strip()] = int(value)
+        except ValueError:
+            try:
+                out[key.strip()] = float(value)
+            except ValueError:
+                out[key.strip()] = value  # sizes such as 25MiB are parsed by the schedule
+    return out
+
+
+@predict_app.command("iteration")
+def predict_iteration(
+    model: Annotated[str, typer.Option(help="shipped profile name (commscope list profiles) or a profile JSON file")],
+    p: Annotated[list[str], typer.Option("--p", "-p", help="workers, comma-separated or repeated: 4,8,16")],
+    schedule: Annotated[list[str], typer.Option("--schedule", help="schedule(s), comma-separated")] = ["wfbp"],  # noqa: B006
+    env: Annotated[str | None, typer.Option(help="preset name or environment JSON file")] = None,
+    collective: Annotated[str | None, typer.Option(help="collective algorithm (default: cheapest per message)")] = None,
+    option: Annotated[list[str], typer.Option(
+        "--option", help="schedule option NAME=VALUE, e.g. bucket_bytes=25MiB")] = [],  # noqa: B006
+    alpha: Annotated[float | None, typer.Option(help="latency, s (overrides --env)")] = None,
+    beta: Annotated[float | None, typer.Option(help="inverse bandwidth, s/byte (overrides --env)")] = None,
+    trace: Annotated[Path | None, typer.Option(help="write the timeline as a Chrome/Perfetto trace JSON")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Iteration time, throughput and scaling efficiency of training schedules."""
+    environment = _resolve_env(env, alpha, beta, None)
+    prof = cm.load_profile(model) if model.endswith(".json") or "/" in model else cm.profile(model)
+    names = [x.strip() for s in schedule for x in s.split(",") if x.strip()]
+    for name in names:
+        cm.schedule(name)  # unknown names fail before any work
+    ranks = _int_list(p, "--p")
+    opts = _options(option)
+    allowed = sorted({k for n in names for k in cm.schedule(n).options})
+    unused = sorted(set(opts) - set(allowed))
+    if unused:
+        raise UsageError(f"--option {', '.join(unused)}: no chosen schedule has it; theirs: "
+                         f"{', '.join(allowed) or 'none'}")
+    rows, results = [], []
+    for name in names:
+        entry = cm.schedule(name)
+        mine = {k: v for k, v in opts.items() if k in entry.options}
+        for q in ranks:
+            r = cm.simulate(prof, environment, q, name, collective=collective, **mine)
+            results.append(r)
+            rows.append({"model": prof.name, "schedule": name, "p": q, "iteration_s": r.iteration_time,
+                         "throughput": r.throughput, "speedup": r.speedup, "efficiency": r.scaling_efficiency,
+                         "exposed_comm_s": r.exposed_communication})
+    if trace is not None:
+        for r in results:
+            path = trace if len(results) == 1 else trace.with_name(f"{trace.stem}.{r.schedule}.p{r.p}{trace.suffix}")
+            r.timeline.save_chrome_trace(path, process=f"commscope {prof.name} {r.schedule} p={r.p}")
+    if as_json:
+        print(json.dumps({"environment": environment.to_dict(), "profile": prof.name, "results": rows}, indent=2,
+                         allow_nan=False))
+        return
+    from rich.table import Table
+
+    table = Table("schedule", "p", "iteration (ms)", "samples/s", "speedup", "efficiency", "exposed comm (ms)",
+                  title=f"{prof.name} (batch {prof.batch_size}, {prof.origin} on {prof.device}) on {environment.name}")
+    for r in rows:
+        table.add_row(r["schedule"], str(r["p"]), f"{r['iteration_s'] * 1e3:.2f}", f"{r['throughput']:.1f}",
+                      f"{r['speedup']:.2f}", f"{r['efficiency']:.3f}", f"{r['exposed_comm_s'] * 1e3:.2f}")
     _console().print(table)
 
 

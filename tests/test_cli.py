@@ -309,3 +309,40 @@ def test_installed_script(tmp_path: Path) -> None:
     assert bad.stdout == ""
     (line,) = bad.stderr.splitlines()
     assert line.startswith("commscope: error: p must be") and line.endswith("got 0")
+
+
+# ------------------------------------------------------------------------------ predict iteration
+def test_predict_iteration_json_matches_the_api(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_ok(capsys, "predict", "iteration", "--model", "resnet50", "--env", "10GbE", "--p", "4,8",
+                 "--schedule", "wfbp,dear", "--json")
+    rows = json.loads(out)["results"]
+    assert [(r["schedule"], r["p"]) for r in rows] == [("wfbp", 4), ("wfbp", 8), ("dear", 4), ("dear", 8)]
+    expected = cm.simulate(cm.profile("resnet50"), cm.environment("10GbE"), 8, "dear").iteration_time
+    assert rows[3]["iteration_s"] == pytest.approx(expected)
+
+
+def test_predict_iteration_table_options_and_trace(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    trace = tmp_path / "it.json"
+    out = run_ok(capsys, "predict", "iteration", "--model", "bert-base", "--env", "IB-EDR", "-p", "16",
+                 "--schedule", "fusion", "--option", "bucket_bytes=4MiB", "--trace", str(trace))
+    assert "fusion" in out and "samples/s" in out
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(e.get("cat") == "allreduce" for e in events)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--model", "resnet5", "--env", "10GbE", "-p", "4"], "unknown model profile 'resnet5'"),
+        (["--model", "resnet50", "--env", "10GbE", "-p", "4", "--schedule", "wfbq"], "unknown schedule 'wfbq'"),
+        (["--model", "resnet50", "--env", "10GbE", "-p", "four"], "--p must be positive integers"),
+        (["--model", "resnet50", "--env", "10GbE", "-p", "4", "--option", "bucket_bytes=4MiB"],
+         "--option bucket_bytes: no chosen schedule has it"),
+        (["--model", "resnet50", "--env", "10GbE", "-p", "4", "--schedule", "fusion", "--option", "bucket_bytes=-1"],
+         "bucket_bytes must be a positive number of bytes"),
+    ],
+)
+def test_predict_iteration_bad_input(capsys: pytest.CaptureFixture[str], args: list[str], fragment: str) -> None:
+    code, out, err = run(capsys, "predict", "iteration", *args)
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("commscope: error:")
+    assert fragment in err
