@@ -327,6 +327,7 @@ for _entry in (
 
 
 from . import schedules_overlap as _overlap  # noqa: E402  (registers bytescheduler and dear)
+from . import schedules_sharded as _sharded  # noqa: E402,F401  (registers zero and fsdp)
 
 best_dear_buffer = _overlap.best_dear_buffer
 

@@ -94,7 +94,7 @@ def test_rates() -> None:
     assert r.scaling_efficiency == pytest.approx(18 / 24) and r.speedup == pytest.approx(2 * 18 / 24)
 
 
-ALL = ["bsp", "wfbp", "fusion", "mgwfbp", "ps", "local_sgd"]
+ALL = cm.schedules()
 
 
 @pytest.mark.parametrize("schedule", ALL)
@@ -238,3 +238,41 @@ def test_dear_and_bytescheduler_bad_options() -> None:
         cm.simulate(PROF, ENV, 2, "dear", collective="parameter_server")
     with pytest.raises(cm.CommscopeError, match="credit_bytes"):
         sim("bytescheduler", partition_bytes=4000, credit_bytes=1000)
+
+
+# ------------------------------------------------------------------------------------ sharded
+def test_zero_by_hand() -> None:
+    # RS buckets (backward order, 2500 B): [2] ready 12 -> 12-14.5; [1, 0] ready 18 -> 18-20.5.
+    # After the step, AG buckets (forward order, 2500 B): [0, 1] 20.5-23, [2] 23-25.5 -> 25.5 ms.
+    r = sim("zero", bucket_bytes=2500, allgather_bucket_bytes=2500)
+    assert comm_spans(r) == [(12, 14.5), (18, 20.5), (20.5, 23), (23, 25.5)]
+    assert r.iteration_time == pytest.approx(25.5 * MS)
+    assert r.timeline.bytes_sent("reduce_scatter") == r.timeline.bytes_sent("allgather") == PROF.grad_bytes
+
+
+def test_fsdp_by_hand() -> None:
+    # Units (forward order, 2500 B): U0 = [0, 1], U1 = [2]; every AG and RS takes 2.5 ms.
+    # AG U0 0-2.5; forward U0 2.5-5.5 with AG U1 prefetched 2.5-5; forward U1 5.5-8.5.
+    # AG U1 again 8.5-11; backward U1 11-17 with AG U0 prefetched 11-13.5; RS U1 17-19.5;
+    # backward U0 17-23; RS U0 23-25.5 -> 25.5 ms, 3 Psi bytes (AG twice, RS once).
+    r = sim("fsdp", unit_bytes=2500)
+    assert comm_spans(r) == [(0, 2.5), (2.5, 5), (8.5, 11), (11, 13.5), (17, 19.5), (23, 25.5)]
+    assert r.iteration_time == pytest.approx(25.5 * MS)
+    assert r.timeline.bytes_sent("allgather") == 2 * PROF.grad_bytes
+    assert r.timeline.bytes_sent("reduce_scatter") == PROF.grad_bytes
+
+
+@pytest.mark.parametrize("schedule", ["zero", "fsdp"])
+@pytest.mark.parametrize("model", ["gpt2", "resnet50"])
+def test_sharded_between_bounds_and_limits(schedule: str, model: str) -> None:
+    prof, env = cm.profile(model), cm.environment("25GbE")
+    r = cm.simulate(prof, env, 16, schedule)
+    values = {F: prof.forward_s, B: prof.backward_s, C: sum(e.duration for e in r.timeline.on("comm"))}
+    entry = cm.schedule(schedule)
+    assert float(entry.perfect_overlap.subs(values)) * (1 - 1e-12) <= r.iteration_time
+    assert r.iteration_time <= float(entry.no_overlap.subs(values)) * (1 + 1e-12)
+    assert cm.simulate(prof, env, 1, schedule).iteration_time == pytest.approx(prof.compute_s)
+    free = cm.Environment(alpha=0.0, beta=1e-30)
+    assert cm.simulate(prof, free, 16, schedule).iteration_time == pytest.approx(prof.compute_s, rel=1e-9)
+    with pytest.raises(cm.CommscopeError, match="sharded schedules use reduce-scatter and allgather"):
+        cm.simulate(prof, env, 16, schedule, collective="parameter_server")
