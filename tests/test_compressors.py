@@ -1,0 +1,83 @@
+"""Compressors: bytes on the wire, primitive, constants of the bounds and parameter checks, by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from costmodels import CommscopeError, UnknownNameError
+from costmodels.compressors import compressor, compressors, parse_compressor
+
+D = 1_000_000  # elements of an fp32 gradient (4 MB)
+
+
+@pytest.mark.parametrize(
+    ("spec", "primitive", "wire", "delta", "omega"),
+    [
+        ("fp16", "allreduce", 2_000_000, 1 - 2**-22, None),  # 2 bytes per element
+        ("bf16", "allreduce", 2_000_000, 1 - 2**-16, None),
+        ("topk:0.01", "allgather", 10_000 * 8, 0.01, None),  # k = 10,000 values + int32 indices
+        ("randomk:0.01", "allreduce", 10_000 * 4, 0.01, 99.0),  # shared seed: values only; omega = d/k - 1
+        ("dgc:0.001", "allgather", 1_000 * 8, 0.001, None),
+        ("qsgd:8", "allgather", 1_000_004, None, 1000 / 127),  # 8 bits + fp32 norm; s = 127: sqrt(d)/s < d/s^2
+        ("qsgd:2", "allgather", 250_004, None, 1000.0),  # s = 1: min(1e6, 1000)
+        ("terngrad", "allgather", 250_004, None, 999.0),  # 2 bits + scale; omega = sqrt(d) - 1
+        ("signsgd", "allgather", 125_000, None, None),  # 1 bit
+        ("ef_signsgd", "allgather", 125_004, 1e-6, None),  # 1 bit + scale; delta >= 1/d
+        ("powersgd:4", "allreduce", 4 * (1000 + 1000) * 4, None, None),  # square 1000 x 1000: r (m + n) fp32
+    ],
+)
+def test_wire_bytes_and_constants_by_hand(spec: str, primitive: str, wire: float, delta, omega) -> None:
+    c, q = parse_compressor(spec)
+    assert c.primitive == primitive
+    assert c.wire_bytes(D, q) == pytest.approx(wire)
+    consts = c.constants(D, q)
+    assert consts["delta"] == (pytest.approx(delta) if delta is not None else None)
+    assert consts["omega"] == (pytest.approx(omega) if omega is not None else None)
+    assert c.source
+
+
+def test_powersgd_uses_the_tensor_shape() -> None:
+    c = compressor("powersgd")
+    # conv weight 512 x 256 x 3 x 3 -> matrix 512 x 2304; rank 4: 4 * (512 + 2304) * 4 bytes = 45,056
+    assert c.wire_bytes(512 * 256 * 9, 4, shape=(512, 256, 3, 3)) == 45_056
+    assert c.wire_bytes(512, 4, shape=(512,)) == 2048  # vectors are not compressed
+    # encode: 4 m n r FLOPs (two products) + Gram-Schmidt 2 (m + n) r^2 * 2 at 7.85e12 FLOP/s
+    assert c.encode_time(512 * 2304, 4, shape=(512, 2304)) == pytest.approx(
+        (4 * 512 * 2304 * 4 + 4 * (512 + 2304) * 16) / 7.85e12)
+
+
+def test_encode_time_is_memory_passes_on_the_reference_device() -> None:
+    # top-k: 10 passes over 4e6 bytes at 900e9 * 0.7 B/s = 63.49 us
+    assert compressor("topk").encode_time(D, 0.01) == pytest.approx(10 * 4e6 / 630e9)
+
+
+def test_every_compressor_sends_less_than_fp32() -> None:
+    for name in compressors():
+        c, q = parse_compressor(name)
+        assert 0 < c.wire_bytes(D, q) <= 4 * D, name
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("topk:0", "density must be a density in (0, 1], got 0.0"),
+        ("topk:1.5", "must be a density in (0, 1]"),
+        ("qsgd:1", "must be an integer number of bits in [2, 16]"),
+        ("powersgd:2.5", "must be a positive integer rank"),
+        ("fp16:3", "takes no parameter"),
+        ("topk:abc", "density must be a number, got 'abc'"),
+        ("", "a compressor is a name or name:parameter"),
+    ],
+)
+def test_bad_specs(spec: str, message: str) -> None:
+    with pytest.raises(CommscopeError) as err:
+        parse_compressor(spec)
+    assert message in str(err.value)
+
+
+def test_unknown_compressor_lists_the_names() -> None:
+    with pytest.raises(UnknownNameError, match="topk"):
+        parse_compressor("top-k:0.1")
+    assert math.isfinite(compressor("qsgd").constants(D, 4)["omega"])
