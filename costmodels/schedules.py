@@ -14,8 +14,9 @@ backward finishes; backward runs from the last layer to the first.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -37,11 +38,30 @@ DDP_FIRST_BUCKET_BYTES = 1 * 2**20
 F, B, C = sp.symbols("F B C", nonnegative=True)  # forward, backward, sum of communication times
 
 
+@dataclass(frozen=True)
+class Wire:
+    """How compressed messages travel (set by :func:`simulate` while a compressor is active).
+
+    Sizes handed to :class:`Comm` are then the bytes one worker sends. With ``primitive ==
+    "allgather"`` every worker receives all p messages: the allgather moves p times that (nccl-tests'
+    n is the whole output buffer), and decoding costs ``decode_per_byte`` for each received byte.
+    """
+
+    primitive: str
+    decode_per_byte: float
+
+
+_WIRE: contextvars.ContextVar[Wire | None] = contextvars.ContextVar("commscope_wire", default=None)
+
+
 class Comm:
     """The time of one message of ``primitive`` on p ranks: a named algorithm, or the cheapest."""
 
     def __init__(self, primitive: str, p: int, env: Environment, algorithm: str | None = None,
                  params: Mapping[str, Any] | None = None) -> None:
+        self.wire = _WIRE.get()
+        if self.wire is not None and primitive == "allreduce":
+            primitive = self.wire.primitive
         self.primitive, self.p, self.env, self.params = primitive, p, env, dict(params or {})
         if algorithm is not None:
             c = get_collective(algorithm)
@@ -60,6 +80,12 @@ class Comm:
         sizes = np.atleast_1d(np.asarray(sizes, dtype=np.float64))
         if self.p == 1:
             return np.zeros_like(sizes)
+        if self.wire is not None:
+            received = sizes * (self.p if self.primitive == "allgather" else 1)
+            return self._price(received) + received * self.wire.decode_per_byte
+        return self._price(sizes)
+
+    def _price(self, sizes: np.ndarray) -> np.ndarray:
         if self.algorithm is not None:
             return np.asarray(get_collective(self.algorithm).time(sizes, self.p, self.env, **self.params),
                               dtype=np.float64) * np.ones_like(sizes)
@@ -341,13 +367,58 @@ def schedule(name: str) -> Schedule:
     return SCHEDULES.get(name)
 
 
+COMPRESSIBLE = ("bsp", "wfbp", "fusion", "mgwfbp", "bytescheduler", "local_sgd")
+
+
+def compressed_profile(profile: ModelProfile, spec: str) -> tuple[ModelProfile, Wire]:
+    """The profile as a compressor sees it: wire bytes per layer, encode time after each backward.
+
+    Encoding runs on the compute stream right after the layer's backward (it delays the gradient's
+    readiness); decoding is charged per received byte on the communication stream.
+    """
+    from .compressors import parse_compressor
+
+    entry, q = parse_compressor(spec)
+    per_value = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}[profile.dtype]
+    layers, wire_total, encode_total = [], 0.0, 0.0
+    for x in profile.layers:
+        elements = max(1, round(x.grad_bytes / per_value))
+        shape = tuple(profile.metadata.get("shapes", {}).get(x.name, ())) or None
+        w = entry.wire_bytes(elements, q, shape) if x.grad_bytes > 0 else 0.0
+        e = entry.encode_time(elements, q, shape) if x.grad_bytes > 0 else 0.0
+        wire_total, encode_total = wire_total + w, encode_total + e
+        layers.append(replace(x, grad_bytes=w, backward_s=x.backward_s + e))
+    meta = {**profile.metadata, "compressor": spec, "uncompressed_grad_bytes": profile.grad_bytes}
+    out = replace(profile, layers=tuple(layers), source=f"{profile.source}; compressed with {spec}", metadata=meta)
+    return out, Wire(entry.primitive, encode_total / wire_total if wire_total else 0.0)
+
+
 def simulate(profile: ModelProfile, env: Environment, p: int, schedule: str = "wfbp",
-             collective: str | None = None, **options: Any) -> IterationResult:
+             collective: str | None = None, compressor: str | None = None, **options: Any) -> IterationResult:
     """Simulate one iteration of ``schedule`` (see :func:`schedules`) on p workers.
 
     ``collective`` names the algorithm that carries the messages (e.g. ``"ring_allreduce"`` or
-    ``"parameter_server"``); ``None`` picks the cheapest for each message size. Options are the
-    schedule's (``bucket_bytes`` for fusion, ``H`` for local_sgd, ``k`` servers, ...).
+    ``"parameter_server"``); ``None`` picks the cheapest for each message size. ``compressor``
+    (e.g. ``"topk:0.01"``, ``"fp16"``; see ``costmodels.compressors``) compresses every gradient
+    first: messages then carry its wire bytes over the primitive it needs (allgather for sparse and
+    quantised formats, so the volume grows with p). Options are the schedule's (``bucket_bytes``
+    for fusion, ``H`` for local_sgd, ``k`` servers, ...).
     """
     entry = SCHEDULES.get(schedule)
-    return entry.run(profile, env, int(p) if isinstance(p, np.integer) else p, collective, **options)
+    p = int(p) if isinstance(p, np.integer) else p
+    if compressor is None:
+        return entry.run(profile, env, p, collective, **options)
+    if entry.name not in COMPRESSIBLE:
+        raise CommscopeError(f"compression runs on top of the schedules {', '.join(COMPRESSIBLE)}; "
+                             f"{entry.name} communicates shards, got compressor {compressor!r}")
+    if not isinstance(profile, ModelProfile):
+        raise CommscopeError(f"profile must be a costmodels.ModelProfile, got {type(profile).__name__}")
+    compressed, wire = compressed_profile(profile, compressor)
+    token = _WIRE.set(wire)
+    try:
+        r = entry.run(compressed, env, p, collective, **options)
+    finally:
+        _WIRE.reset(token)
+    return IterationResult(r.schedule, r.p, r.iteration_time, profile.compute_s, r.batch_size, r.timeline,
+                           {**r.details, "compressor": compressor, "wire_bytes": compressed.grad_bytes,
+                            "primitive": wire.primitive})

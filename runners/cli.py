@@ -226,6 +226,8 @@ def predict_iteration(
     schedule: Annotated[list[str], typer.Option("--schedule", help="schedule(s), comma-separated")] = ["wfbp"],  # noqa: B006
     env: Annotated[str | None, typer.Option(help="preset name or environment JSON file")] = None,
     collective: Annotated[str | None, typer.Option(help="collective algorithm (default: cheapest per message)")] = None,
+    compressor: Annotated[list[str], typer.Option(
+        "--compressor", help="gradient compressor(s), e.g. topk:0.01, fp16, qsgd:8 (comma-separated)")] = [],  # noqa: B006
     option: Annotated[list[str], typer.Option(
         "--option", help="schedule option NAME=VALUE, e.g. bucket_bytes=25MiB")] = [],  # noqa: B006
     alpha: Annotated[float | None, typer.Option(help="latency, s (overrides --env)")] = None,
@@ -246,19 +248,23 @@ def predict_iteration(
     if unused:
         raise UsageError(f"--option {', '.join(unused)}: no chosen schedule has it; theirs: "
                          f"{', '.join(allowed) or 'none'}")
+    specs: list[str | None] = [x.strip() for c in compressor for x in c.split(",") if x.strip()] or [None]
     rows, results = [], []
     for name in names:
         entry = cm.schedule(name)
         mine = {k: v for k, v in opts.items() if k in entry.options}
-        for q in ranks:
-            r = cm.simulate(prof, environment, q, name, collective=collective, **mine)
-            results.append(r)
-            rows.append({"model": prof.name, "schedule": name, "p": q, "iteration_s": r.iteration_time,
-                         "throughput": r.throughput, "speedup": r.speedup, "efficiency": r.scaling_efficiency,
-                         "exposed_comm_s": r.exposed_communication})
+        for spec in specs:
+            for q in ranks:
+                r = cm.simulate(prof, environment, q, name, collective=collective, compressor=spec, **mine)
+                results.append(r)
+                rows.append({"model": prof.name, "schedule": name, "compressor": spec, "p": q,
+                             "iteration_s": r.iteration_time, "throughput": r.throughput, "speedup": r.speedup,
+                             "efficiency": r.scaling_efficiency, "exposed_comm_s": r.exposed_communication})
     if trace is not None:
         for r in results:
-            path = trace if len(results) == 1 else trace.with_name(f"{trace.stem}.{r.schedule}.p{r.p}{trace.suffix}")
+            spec = r.details.get("compressor")
+            tag = r.schedule + (f".{spec.replace(':', '-')}" if spec else "")
+            path = trace if len(results) == 1 else trace.with_name(f"{trace.stem}.{tag}.p{r.p}{trace.suffix}")
             r.timeline.save_chrome_trace(path, process=f"commscope {prof.name} {r.schedule} p={r.p}")
     if as_json:
         print(json.dumps({"environment": environment.to_dict(), "profile": prof.name, "results": rows}, indent=2,
@@ -266,10 +272,12 @@ def predict_iteration(
         return
     from rich.table import Table
 
-    table = Table("schedule", "p", "iteration (ms)", "samples/s", "speedup", "efficiency", "exposed comm (ms)",
+    table = Table("schedule", "compressor", "p", "iteration (ms)", "samples/s", "speedup", "efficiency",
+                  "exposed comm (ms)",
                   title=f"{prof.name} (batch {prof.batch_size}, {prof.origin} on {prof.device}) on {environment.name}")
     for r in rows:
-        table.add_row(r["schedule"], str(r["p"]), f"{r['iteration_s'] * 1e3:.2f}", f"{r['throughput']:.1f}",
+        table.add_row(r["schedule"], r["compressor"] or "-", str(r["p"]), f"{r['iteration_s'] * 1e3:.2f}",
+                      f"{r['throughput']:.1f}",
                       f"{r['speedup']:.2f}", f"{r['efficiency']:.3f}", f"{r['exposed_comm_s'] * 1e3:.2f}")
     _console().print(table)
 

@@ -346,3 +346,14 @@ def test_predict_iteration_bad_input(capsys: pytest.CaptureFixture[str], args: l
     code, out, err = run(capsys, "predict", "iteration", *args)
     assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("commscope: error:")
     assert fragment in err
+
+
+def test_predict_iteration_with_compressors(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = json.loads(run_ok(capsys, "predict", "iteration", "--model", "resnet50", "--env", "10GbE", "-p", "8",
+                             "--compressor", "topk:0.01,fp16", "--json"))["results"]
+    assert [r["compressor"] for r in rows] == ["topk:0.01", "fp16"]
+    expected = cm.simulate(cm.profile("resnet50"), cm.environment("10GbE"), 8, "wfbp", compressor="fp16")
+    assert rows[1]["iteration_s"] == pytest.approx(expected.iteration_time)
+    code, _, err = run(capsys, "predict", "iteration", "--model", "resnet50", "--env", "10GbE", "-p", "8",
+                       "--schedule", "dear", "--compressor", "topk:0.01")
+    assert code == 2 and "compression runs on top of the schedules" in err

@@ -276,3 +276,54 @@ def test_sharded_between_bounds_and_limits(schedule: str, model: str) -> None:
     assert cm.simulate(prof, free, 16, schedule).iteration_time == pytest.approx(prof.compute_s, rel=1e-9)
     with pytest.raises(cm.CommscopeError, match="sharded schedules use reduce-scatter and allgather"):
         cm.simulate(prof, env, 16, schedule, collective="parameter_server")
+
+
+# -------------------------------------------------------------------------------- compression
+def test_fp16_wfbp_by_hand() -> None:
+    # fp16 halves the bytes: 500, 1000, 1500 B -> c = 2.5, 3, 3.5 ms (plus encode/decode of a few ns).
+    # layer 2 ready 12 -> 15.5; layer 1 ready 16 -> 19; layer 0 ready 18, link free 19 -> 21.5 ms
+    r = sim("wfbp", compressor="fp16")
+    assert [(pytest.approx(a, abs=1e-3), pytest.approx(b, abs=1e-3)) for a, b in comm_spans(r)] == \
+        [(12, 15.5), (16, 19), (19, 21.5)]
+    assert r.iteration_time == pytest.approx(21.5 * MS, abs=1e-6)
+    assert r.timeline.bytes_sent() == PROF.grad_bytes / 2 and r.details["primitive"] == "allreduce"
+
+
+def test_sparse_compressor_is_an_allgather_whose_volume_grows_with_p() -> None:
+    from costmodels.compressors import parse_compressor
+
+    prof, env, p = cm.profile("vgg16"), cm.environment("10GbE"), 4
+    r = cm.simulate(prof, env, p, "bsp", collective="ring_allgather", compressor="topk:0.01")
+    entry, q = parse_compressor("topk:0.01")
+    wire = [entry.wire_bytes(round(x.grad_bytes / 4), q) for x in prof.layers]
+    assert r.timeline.bytes_sent() == pytest.approx(sum(wire))
+    # each message: ring allgather of p x wire bytes (plus decoding of the p received messages)
+    msg = r.timeline.on("comm")[0]
+    ag = cm.collective("ring_allgather").time(p * msg.nbytes, p, env)
+    assert ag <= msg.duration <= ag * 1.01
+    more = cm.simulate(prof, env, 16, "bsp", collective="ring_allgather", compressor="topk:0.01")
+    assert more.iteration_time > r.iteration_time
+
+
+@pytest.mark.parametrize("spec", ["fp16", "topk:0.01", "randomk:0.01", "dgc:0.001", "qsgd:4", "terngrad",
+                                  "signsgd", "ef_signsgd", "powersgd:2"])
+@pytest.mark.parametrize("schedule", ["wfbp", "fusion", "mgwfbp", "bytescheduler"])
+def test_compressed_schedules_between_bounds(spec: str, schedule: str) -> None:
+    prof, env = cm.profile("resnet50"), cm.environment("25GbE")
+    r = cm.simulate(prof, env, 8, schedule, compressor=spec)
+    encode = sum(e.duration for e in r.timeline.on("compute")) - prof.compute_s
+    values = {F: prof.forward_s, B: prof.backward_s + encode, C: sum(e.duration for e in r.timeline.on("comm"))}
+    entry = cm.schedule(schedule)
+    assert float(entry.perfect_overlap.subs(values)) * (1 - 1e-9) <= r.iteration_time
+    assert r.iteration_time <= float(entry.no_overlap.subs(values)) * (1 + 1e-9)
+    assert r.timeline.bytes_sent() == pytest.approx(r.details["wire_bytes"])
+    assert r.details["wire_bytes"] < prof.grad_bytes
+
+
+def test_compression_errors() -> None:
+    with pytest.raises(cm.CommscopeError, match="compression runs on top of the schedules"):
+        cm.simulate(PROF, ENV, 2, "dear", compressor="fp16")
+    with pytest.raises(cm.CommscopeError, match="needs a allgather algorithm, but ring_allreduce implements"):
+        cm.simulate(PROF, ENV, 2, "wfbp", collective="ring_allreduce", compressor="topk:0.1")
+    with pytest.raises(cm.UnknownNameError, match="topk"):
+        cm.simulate(PROF, ENV, 2, "wfbp", compressor="top:0.1")
