@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
+
+from .errors import CommscopeError
 
 
 def _umask() -> int:
@@ -32,3 +36,16 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def read_json(path: str | os.PathLike[str], what: str) -> Any:
+    """Parse a JSON file; unreadable or invalid files raise CommscopeError naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CommscopeError(f"cannot read {what} {str(path)!r}: {exc.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CommscopeError(f"{path}: {what} is not valid JSON: {exc}") from None

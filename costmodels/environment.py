@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ._io import atomic_write_text
+from ._io import atomic_write_text, read_json
 from .errors import CommscopeError
 
 SCHEMA = "commscope.environment/1"
@@ -172,13 +172,9 @@ class Environment:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Environment:
-        path = Path(path)
+        data = read_json(path, "environment file")
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise CommscopeError(f"cannot read environment file {str(path)!r}: {exc.strerror}") from None
-        try:
-            return cls.from_json(text)
+            return cls.from_dict(data)
         except CommscopeError as exc:
             raise CommscopeError(f"{path}: {exc}") from None
 

@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ._io import atomic_write_text
+from ._io import atomic_write_text, read_json
 from .errors import CommscopeError, UnknownNameError
 
 SCHEMA = "commscope.model_profile/1"
@@ -192,15 +192,9 @@ class ModelProfile:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ModelProfile:
-        path = Path(path)
+        data = read_json(path, "model profile")
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise CommscopeError(f"cannot read model profile {str(path)!r}: {exc.strerror}") from None
-        try:
-            return cls.from_dict(json.loads(text))
-        except json.JSONDecodeError as exc:
-            raise CommscopeError(f"{path}: not valid JSON: {exc}") from None
+            return cls.from_dict(data)
         except CommscopeError as exc:
             raise CommscopeError(f"{path}: {exc}") from None
 

@@ -227,27 +227,27 @@ def _bytes_option(name: str, value: Any) -> float:
 
 
 # -------------------------------------------------------------------------------- schedules
-def _bsp(prof: ModelProfile, env: Environment, p: int, collective: str | None = None, **params: Any
-         ) -> IterationResult:
-    nbytes, names = _validated(prof, env, p)
-    events, _ready = _compute_events(prof)
-    comm = Comm("allreduce", p, env, collective, params)
-    order = [[i] for i in range(len(prof) - 1, -1, -1)]
-    if p > 1:
-        comm_events, _ = _send_in_order(order, np.full(len(prof), prof.compute_s), nbytes, comm, "allreduce", names)
-        events += comm_events
-    return _result("bsp", p, prof, events, messages=len(order) if p > 1 else 0)
-
-
-def _wfbp(prof: ModelProfile, env: Environment, p: int, collective: str | None = None, **params: Any
-          ) -> IterationResult:
+def _per_tensor(name: str, prof: ModelProfile, env: Environment, p: int, collective: str | None,
+                params: Mapping[str, Any], overlap: bool) -> IterationResult:
+    """One allreduce per tensor in backward order: as soon as ready (WFBP) or after backward (BSP)."""
     nbytes, names = _validated(prof, env, p)
     events, ready = _compute_events(prof)
     comm = Comm("allreduce", p, env, collective, params)
     order = [[i] for i in range(len(prof) - 1, -1, -1)]
     if p > 1:
-        events += _send_in_order(order, ready, nbytes, comm, "allreduce", names)[0]
-    return _result("wfbp", p, prof, events, messages=len(order) if p > 1 else 0)
+        when = ready if overlap else np.full(len(prof), float(ready.max()))
+        events += _send_in_order(order, when, nbytes, comm, "allreduce", names)[0]
+    return _result(name, p, prof, events, messages=len(order) if p > 1 else 0)
+
+
+def _bsp(prof: ModelProfile, env: Environment, p: int, collective: str | None = None, **params: Any
+         ) -> IterationResult:
+    return _per_tensor("bsp", prof, env, p, collective, params, overlap=False)
+
+
+def _wfbp(prof: ModelProfile, env: Environment, p: int, collective: str | None = None, **params: Any
+          ) -> IterationResult:
+    return _per_tensor("wfbp", prof, env, p, collective, params, overlap=True)
 
 
 def _fusion(prof: ModelProfile, env: Environment, p: int, collective: str | None = None, *,
