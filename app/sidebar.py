@@ -12,7 +12,6 @@ import streamlit as st
 
 import costmodels as cm
 
-ENV_KEY = "commscope_environment"
 _KEEP = "_keep_"
 
 
@@ -33,7 +32,6 @@ def environment_picker() -> cm.Environment:
     """Render the environment controls in the sidebar and return (and remember) the choice."""
     env = _render()
     _keep_all()
-    st.session_state[ENV_KEY] = env
     return env
 
 
@@ -65,7 +63,3 @@ def _render() -> cm.Environment:
         st.sidebar.caption(env.summary())
     return env
 
-
-def current_environment() -> cm.Environment:
-    """The environment chosen in the sidebar (10GbE before the sidebar has run)."""
-    return st.session_state.get(ENV_KEY) or cm.environment("10GbE")

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import CommscopeError
+from .errors import CommscopeError, DomainError
 
 
 def _first(arr: np.ndarray, bad: np.ndarray) -> Any:
@@ -69,7 +69,7 @@ def as_bytes(n: Any, name: str = "n") -> np.ndarray:
 def check_power_of_two(p: np.ndarray, who: str) -> None:
     bad = (p & (p - 1)) != 0
     if np.any(bad):
-        raise CommscopeError(
+        raise DomainError(
             f"{who} needs p to be a power of two (1, 2, 4, 8, ...), got p={_first(p, bad)}"
         )
 

@@ -27,7 +27,7 @@ import sympy as sp
 from ._compile import CompiledExpr, compile_expr
 from ._inputs import as_bytes, as_ranks, as_scalar_or_array, check_power_of_two
 from .environment import Environment
-from .errors import CommscopeError
+from .errors import CommscopeError, DomainError
 from .registry import Registry
 from .symbols import alpha, alpha_intra, beta, beta_intra, clg, flg, g, gamma, iota, k, lg, n, p, r, rho
 
@@ -193,7 +193,7 @@ class Collective:
             low = pr < self.domain.min_p
             if np.any(low):
                 if out_of_domain == "raise":
-                    raise CommscopeError(
+                    raise DomainError(
                         f"{self.name} needs p >= {self.domain.min_p}, got p={pr[low].flat[0]}"
                     )
                 invalid = low if invalid is None else invalid | low
@@ -215,7 +215,7 @@ class Collective:
             bad = (pr % ge) != 0
             if np.any(bad):
                 if out_of_domain == "raise":
-                    raise CommscopeError(
+                    raise DomainError(
                         f"{self.name} needs p to be a multiple of gpus_per_node={gp} (or at most "
                         f"{gp}), got p={pr[bad].flat[0]}"
                     )

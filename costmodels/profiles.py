@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
@@ -231,7 +231,3 @@ def load_profile(path: str | os.PathLike[str]) -> ModelProfile:
     """A model profile from a JSON file (as written by ``ModelProfile.save`` or the profiler)."""
     return ModelProfile.load(path)
 
-
-def layers_from_rows(rows: Iterable[tuple[str, int, float, float, float]]) -> tuple[Layer, ...]:
-    """Layers from ``(name, params, grad_bytes, forward_s, backward_s)`` rows."""
-    return tuple(Layer(*row) for row in rows)

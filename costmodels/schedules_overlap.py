@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import sympy as sp
 
 from .environment import Environment
 from .errors import CommscopeError
@@ -21,7 +22,10 @@ from .profiles import ModelProfile
 from .schedules import (
     DDP_BUCKET_BYTES,
     SCHEDULES,
+    B,
+    C,
     Comm,
+    F,
     IterationResult,
     Schedule,
     _bytes_option,
@@ -186,10 +190,6 @@ def _bytescheduler(prof: ModelProfile, env: Environment, p: int, collective: str
     return _steady_state("bytescheduler", prof, p, plan, partitions=len(parts), partition_bytes=part,
                          credit_bytes=credit)
 
-
-import sympy as sp  # noqa: E402
-
-from .schedules import B, C, F  # noqa: E402
 
 for _entry in (
     Schedule("bytescheduler",

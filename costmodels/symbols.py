@@ -35,9 +35,6 @@ rho = sp.Symbol("rho", positive=True)
 iota = sp.Symbol("iota", nonnegative=True)
 """Index bytes per value byte of a sparse message (int32 indices of fp32 values: 1)."""
 
-ENV_SYMBOLS = (alpha, beta, gamma, alpha_intra, beta_intra, g, r)
-"""Symbols whose values come from an :class:`~costmodels.environment.Environment`."""
-
 
 class lg(sp.Function):  # noqa: N801 - the usual name of the binary logarithm
     """Binary logarithm ``log2(x)``.

@@ -215,3 +215,13 @@ def test_odd_inputs_get_clear_errors(call, message: str) -> None:
     with pytest.raises(cm.CommscopeError) as err:
         call(cm.collective("ring_allreduce"))
     assert message in str(err.value)
+
+
+def test_domain_violations_are_domain_errors() -> None:
+    with pytest.raises(cm.DomainError, match="power of two"):
+        t("rabenseifner_allreduce", 6)
+    with pytest.raises(cm.DomainError, match="p >= 9"):
+        t("gossip_torus", 4)
+    two = cm.environment("8xH100-NVLink+IB-NDR")
+    with pytest.raises(cm.DomainError, match="multiple of gpus_per_node=8"):
+        t("hierarchical_allreduce", 12, env=two)
