@@ -15,7 +15,7 @@ import numpy as np
 import typer
 
 import costmodels as cm
-from runners import cli_bench, cli_emulate, cli_fit, cli_profile, cli_train
+from runners import cli_bench, cli_emulate, cli_fit, cli_profile, cli_train, cli_validate
 
 app = typer.Typer(
     name="commscope",
@@ -517,7 +517,7 @@ def app_(ctx: typer.Context) -> None:
 
 
 # commands kept in modules of their own (each imports its heavy dependencies only when it runs)
-for _module in (cli_fit, cli_emulate, cli_bench, cli_profile, cli_train):
+for _module in (cli_fit, cli_emulate, cli_bench, cli_profile, cli_train, cli_validate):
     _module.register(app)
 
 

@@ -35,7 +35,7 @@ from costmodels.errors import CommscopeError
 
 SCHEMA = "commscope.result/1"
 SCHEMA_MAJOR = 1
-KINDS = ("collective", "profile", "iteration", "convergence", "environment")
+KINDS = ("collective", "profile", "iteration", "convergence", "environment", "validation")
 NETWORK_VARIABLE = "COMMSCOPE_NETWORK"  # JSON spec of the emulated network, set by `commscope emulate`
 
 # kind -> part -> {field: (types, constraint description or None)}
@@ -62,6 +62,10 @@ FIELDS: dict[str, dict[str, dict[str, tuple[tuple[type, ...], str | None]]]] = {
     "environment": {
         "config": {"primitive": ((str,), None), "algorithm": ((str,), None), "files": ((list,), None)},
         "result": {"environment": ((dict,), None), "fit": ((dict,), None)},
+    },
+    "validation": {
+        "config": {"technique": ((str,), None), "environment": ((str,), None), "world_size": ((int,), ">0")},
+        "result": {"measured_s": (_NUM, ">0")},
     },
 }
 RUN_FIELDS: dict[str, tuple[tuple[type, ...], str | None]] = {

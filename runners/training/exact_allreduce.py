@@ -15,6 +15,7 @@ Each does what its schedule in :mod:`costmodels.schedules` prices:
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 from typing import Any
@@ -164,8 +165,8 @@ def synthetic_profile(named: list[tuple[str, torch.nn.Parameter]], layer_s: floa
 class MGWFBP(ExactTrainer):
     """MG-WFBP: gradients merged into the buckets of the paper's merge rule, each all-reduced when complete.
 
-    ``profile``: a :class:`costmodels.ModelProfile` whose layers are the model's trainable parameters
-    by name (in forward order; layers of frozen parameters are ignored). ``None``: nothing is
+    ``profile``: a :class:`costmodels.ModelProfile` (or the path of its JSON file) whose layers are
+    the model's trainable parameters by name (in forward order; layers of frozen parameters are ignored). ``None``: nothing is
     measured; the tensors' real sizes are used with equal per-layer forward and backward times, each
     one empty-message latency ``a`` of the environment, so that layers merge only where the link is
     still busy when the next gradient arrives. ``env``: a :class:`costmodels.Environment`, a preset
@@ -185,6 +186,8 @@ class MGWFBP(ExactTrainer):
             raise CommscopeError("the model has no trainable parameters")
         comm = Comm("allreduce", self.world_size, env, collective)
         index = {n: i for i, (n, _) in enumerate(self.named)}
+        if isinstance(profile, (str, os.PathLike)):
+            profile = cm.load_profile(profile)
         if profile is None:
             prof = synthetic_profile(self.named, comm.latency())
         elif isinstance(profile, cm.ModelProfile):
@@ -196,7 +199,8 @@ class MGWFBP(ExactTrainer):
                                      f"unknown layer(s): {unknown[:5]}, missing parameter(s): {missing[:5]}")
             prof = replace(profile, layers=tuple(x for x in profile.layers if x.name in index))
         else:
-            raise CommscopeError(f"profile must be a costmodels.ModelProfile or None, got {type(profile).__name__}")
+            raise CommscopeError(f"profile must be a costmodels.ModelProfile, its JSON path or None, "
+                                 f"got {type(profile).__name__}")
         fwd, bwd = np.array(prof.column("forward_s")), np.array(prof.column("backward_s"))
         ready = fwd.sum() + np.cumsum(bwd[::-1])[::-1]
         groups = mgwfbp_groups(ready, np.array(prof.column("grad_bytes")), comm)

@@ -1,0 +1,218 @@
+"""The rank side of ``commscope validate``: one torchrun job per environment measures everything.
+
+    torchrun --nproc_per_node=N -m runners.validate_rank PLAN.json     # what commscope validate launches
+    python -m runners.validate_rank --node PLAN.json                     # inside commscope emulate: torchrun
+                                                                         # with this node's COMMSCOPE_* layout
+
+One process group does, in order, and appends every record to the plan's ``records`` file:
+
+1. **sweep**: the plan's collectives over its sizes (``runners.bench.sweep``, max over ranks);
+2. **fit**: rank 0 fits alpha/beta(/gamma) to the sweep (``runners.fit.fit``) and saves the environment;
+3. **profile**: every rank runs the layer-wise profiler *at the same time*, with the run's threads per
+   rank, so each rank's compute shares the cores exactly as it does while training; the profile
+   kept is the per-layer mean over ranks (the spread between ranks is stored in its metadata);
+4. **train**: each technique of the plan, warm-up then timed iterations (``runners.train.train``).
+
+Rank 0 prints ``@@ stage K/N: what`` lines that ``commscope validate`` turns into progress. A technique
+that raises the same error on every rank (bad options) is reported and the rest go on; a failure
+on some ranks only (a dead peer, a timeout) ends the job, naming the stage.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from costmodels.errors import CommscopeError
+
+PROGRESS = "@@ "
+
+
+def load_plan(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The plan ``commscope validate`` wrote (a JSON object; see :func:`runners.validate.make_plan`)."""
+    try:
+        plan = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise CommscopeError(f"cannot read the validation plan {str(path)!r}: {exc}") from None
+    if not isinstance(plan, dict) or "techniques" not in plan or "records" not in plan:
+        raise CommscopeError(f"{path} is not a validation plan (needs 'techniques' and 'records')")
+    return plan
+
+
+def _calibrated(prof: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Per-layer forward and backward times scaled to the median *unhooked* forward and backward.
+
+    On cores shared by several ranks a layer's time is sometimes stretched by a preemption; the
+    per-layer medians drop those stretches, so their sum falls short of a real iteration (by 30% with
+    4 ranks on 2 cores). The profiler's unhooked forward and backward medians (metadata
+    ``overhead``) are whole-pass times, stretches included: the layers keep their measured shares.
+    """
+    fwd, bwd = np.array(prof.column("forward_s")), np.array(prof.column("backward_s"))
+    o = prof.metadata.get("overhead", {})
+    for col, key in ((fwd, "unhooked_forward_s"), (bwd, "unhooked_backward_s")):
+        target = o.get(key)
+        if target and col.sum() > 0:
+            col *= float(target) / col.sum()
+    return fwd, bwd
+
+
+def mean_profile(profiles: Sequence[Any], ranks: int, threads: int) -> Any:
+    """Per-layer mean over ranks of profiles of the same model taken at the same time, each
+    calibrated to its unhooked passes (:func:`_calibrated`).
+
+    The metadata keeps how they were taken and the spread: the relative standard deviation over
+    ranks of the total compute time.
+    """
+    import costmodels as cm
+
+    first = profiles[0]
+    cal = [_calibrated(p) for p in profiles]
+    fwd = np.mean([c[0] for c in cal], axis=0)
+    bwd = np.mean([c[1] for c in cal], axis=0)
+    totals = np.array([c[0].sum() + c[1].sum() for c in cal])
+    layers = tuple(cm.Layer(x.name, x.params, x.grad_bytes, float(f), float(b), x.shape)
+                   for x, f, b in zip(first.layers, fwd, bwd, strict=True))
+    how = (f"profiled on all {ranks} ranks at once ({threads} thread(s) per rank), as they share the cores while "
+           f"training; per-layer medians scaled to the unhooked forward and backward, then the mean over ranks")
+    meta = {**dict(first.metadata), "concurrent_ranks": ranks, "threads": threads, "how": how,
+            "rank_compute_s": totals.tolist(), "rank_spread": float(totals.std() / totals.mean())}
+    return cm.ModelProfile(first.name, layers, first.device, first.dtype, first.batch_size, first.origin,
+                           f"{first.source}; {how}", meta)
+
+
+def _say(ctx: Any, text: str) -> None:
+    if ctx.rank == 0:
+        print(text, flush=True)
+
+
+def _agree(ctx: Any, error: str | None) -> list[str | None]:
+    """Every rank's error message (or None), so that all ranks take the same branch."""
+    errors: list[Any] = [None] * ctx.world
+    ctx.dist.all_gather_object(errors, error)
+    return errors
+
+
+def run(ctx: Any, plan: dict[str, Any]) -> int:
+    """Run the plan's stages on this rank; returns the exit code (1 if a technique failed)."""
+    import costmodels as cm
+    from runners import bench, fit, profiler, results
+    from runners import train as rt
+
+    techniques = plan["techniques"]
+    stages = 3 + len(techniques)
+    records = Path(plan["records"])
+    threads = int(plan.get("threads", 1))
+    ctx.torch.set_num_threads(threads)
+    sw = plan["sweep"]
+    _say(ctx, f"{PROGRESS}stage 1/{stages}: sweep {','.join(sw['ops'])}")
+    opts = bench.make_options(op=sw["ops"], min_size=sw["min_size"], max_size=sw["max_size"], factor=sw["factor"],
+                              warmup=sw["warmup"], iters=sw["iters"], out=str(records), timeout=plan["timeout"])
+    bench.sweep(ctx, opts)
+
+    _say(ctx, f"{PROGRESS}stage 2/{stages}: fit")
+    env_error: str | None = None
+    if ctx.rank == 0:
+        try:
+            res = fit.fit([str(records)], primitive=sw["ops"], algorithm=plan.get("fit_algorithm"),
+                          name=plan.get("environment_name"))
+            res.environment.save(plan["environment"])
+            results.append(records, [res.record()])
+            print(f"# {res.summary()}", flush=True)
+        except CommscopeError as exc:
+            env_error = f"fitting the environment failed: {exc}"
+    errs = [x for x in _agree(ctx, env_error) if x]
+    if errs:
+        raise CommscopeError(errs[0])
+
+    _say(ctx, f"{PROGRESS}stage 3/{stages}: profile {plan['model']} (all ranks at once)")
+    pr = plan["profile"]
+    mine = profiler.profile_model(plan["model"], plan["batch_size"], device=str(ctx.device.type),
+                                  warmup=pr["warmup"], iterations=pr["iterations"], threads=threads,
+                                  seed=plan.get("seed", 0), **plan.get("model_options", {}))
+    gathered: list[Any] = [None] * ctx.world
+    ctx.dist.all_gather_object(gathered, mine.to_dict())
+    if ctx.rank == 0:
+        prof = mean_profile([cm.ModelProfile.from_dict(d) for d in gathered], ctx.world, threads)
+        prof.save(plan["profile_path"])
+        results.append(records, [results.record(
+            "profile", {"model": plan["model"], "batch_size": plan["batch_size"], "device": str(ctx.device.type),
+                        "threads": threads, "concurrent_ranks": ctx.world},
+            prof.to_dict(), ctx.run_info(), "commscope validate")])
+        print(f"# profile: forward {prof.forward_s * 1e3:.2f} ms, backward {prof.backward_s * 1e3:.2f} ms "
+              f"(mean of {ctx.world} ranks; spread {prof.metadata['rank_spread']:.1%})", flush=True)
+    ctx.dist.barrier()
+
+    tctx = rt.Context(torch=ctx.torch, dist=ctx.dist, rank=ctx.rank, world=ctx.world, local_world=ctx.local_world,
+                      backend=ctx.backend, device=ctx.device, devices=[r["name"] for r in ctx.ranks])
+    failed = []
+    for k, (name, options) in enumerate(techniques, start=4):
+        _say(ctx, f"{PROGRESS}stage {k}/{stages}: train {name}")
+        error = None
+        try:
+            topts = rt.Options(algorithm=name, model=plan["model"], iterations=plan["iterations"],
+                               batch_size=plan["batch_size"], lr=plan.get("lr", 0.05), options=dict(options),
+                               warmup=plan["warmup"], threads=threads, seed=plan.get("seed", 0),
+                               backend=ctx.backend, out=records, timeout=plan["timeout"])
+            rt.train(tctx, topts)
+        except CommscopeError as exc:
+            error = str(exc)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            traceback.print_exc()
+        errors = _agree(ctx, error)
+        bad = [f"rank {r}: {e}" for r, e in enumerate(errors) if e]
+        if bad:
+            failed.append(name)
+            _say(ctx, f"{PROGRESS}failed {name}: {bad[0]}")
+        gc.collect()
+        ctx.dist.barrier()
+    _say(ctx, f"{PROGRESS}done" + (f" ({len(failed)} failed: {', '.join(failed)})" if failed else ""))
+    return 1 if failed else 0
+
+
+def _node(plan_path: str) -> int:
+    """Inside ``commscope emulate`` (or on one node): torchrun this module with the node's layout."""
+    from runners.cli_bench import launch_args
+
+    plan = load_plan(plan_path)
+    where, _world = launch_args(plan.get("ranks_per_node"))
+    cmd = [sys.executable, "-m", "torch.distributed.run", *where, "-m", "runners.validate_rank", plan_path]
+    env = {**os.environ, "OMP_NUM_THREADS": str(plan.get("threads", 1))}
+    return subprocess.run(cmd, env=env, check=False).returncode
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "--node":
+        if len(args) != 2:
+            print("usage: python -m runners.validate_rank --node PLAN.json", file=sys.stderr)
+            return 2
+        return _node(args[1])
+    if len(args) != 1:
+        print("usage: torchrun ... -m runners.validate_rank PLAN.json", file=sys.stderr)
+        return 2
+    from runners import bench
+
+    def parse(a: Sequence[str]) -> dict[str, Any]:
+        return load_plan(a[0])
+
+    def work(ctx: Any, plan: dict[str, Any]) -> int:
+        code = run(ctx, plan)
+        bench.teardown(ctx)
+        return code
+
+    return bench.rank_main(args, parse, lambda plan: bench.setup("gloo" if plan.get("backend") == "gloo" else "auto",
+                                                                  plan["timeout"]), work, "validation")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
