@@ -42,16 +42,22 @@ WIRE: contextvars.ContextVar[Wire | None] = contextvars.ContextVar("commscope_wi
 class Comm:
     """The time of one message of ``primitive`` on p ranks: a named algorithm, or the cheapest.
 
+    ``algorithm`` may also map primitives to algorithms (the one of ``primitive`` is used, the
+    cheapest where it has none), so one argument serves schedules that mix primitives.
+
     ``p`` is an int (one configuration) or an int array broadcasting against ``env`` (an
     :class:`EnvironmentArray`); calls then return one time per configuration and size. A single
     worker (p = 1) communicates nothing and costs 0.
     """
 
-    def __init__(self, primitive: str, p: Any, env: Environment | EnvironmentArray, algorithm: str | None = None,
+    def __init__(self, primitive: str, p: Any, env: Environment | EnvironmentArray,
+                 algorithm: str | Mapping[str, str] | None = None,
                  params: Mapping[str, Any] | None = None) -> None:
         self.wire = WIRE.get()
         if self.wire is not None and primitive == "allreduce":
             primitive = self.wire.primitive
+        if isinstance(algorithm, Mapping):  # primitive -> algorithm (e.g. a fitted environment's); else cheapest
+            algorithm = algorithm.get(primitive)
         self.primitive, self.p, self.env, self.params = primitive, p, env, dict(params or {})
         if algorithm is not None:
             c = get_collective(algorithm)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -80,15 +80,28 @@ DECOUPLED = {
 }
 
 
-def _dear_algorithms(collective: str | None) -> tuple[str | None, str | None]:
+def decoupled(collective: Any, who: str = "dear") -> tuple[str | None, str | None]:
+    """(reduce-scatter, allgather) algorithms for a schedule that decouples the allreduce.
+
+    ``collective``: None (the cheapest of each), an allreduce algorithm of :data:`DECOUPLED` (its
+    two halves), or a mapping primitive -> algorithm such as a fitted environment's
+    ``metadata["algorithms"]`` (a primitive it lacks gets the cheapest).
+    """
     if collective is None:
         return None, None
+    if isinstance(collective, Mapping):
+        return collective.get("reduce_scatter"), collective.get("allgather")
     if collective not in DECOUPLED:
         raise CommscopeError(
-            f"dear decouples an allreduce into reduce-scatter + allgather; it knows how to for "
-            f"{', '.join(DECOUPLED)} (or None for the cheapest of each), got {collective!r}"
+            f"{who} decouple(s) an allreduce into reduce-scatter + allgather; it knows how to for "
+            f"{', '.join(DECOUPLED)}, a mapping primitive -> algorithm, or None for the cheapest of each; "
+            f"got {collective!r}"
         )
     return DECOUPLED[collective]
+
+
+def _dear_algorithms(collective: Any) -> tuple[str | None, str | None]:
+    return decoupled(collective, "dear")
 
 
 def dear_groups(nbytes: np.ndarray, buffer_bytes: float) -> list[list[int]]:
@@ -209,6 +222,10 @@ def best_dear_buffer(prof: ModelProfile, env: Environment, p: int, collective: s
 def _bytescheduler(prof: ModelProfile, env: Environment, p: int, collective: str | None = None, *,
                    partition_bytes: Any = 4 * 2**20, credit_bytes: Any = 16 * 2**20, **params: Any
                    ) -> IterationResult:
+    """ByteScheduler: whenever the link is free, the ready partitions of highest priority, up to
+    ``credit_bytes``, are sent; each partition is its own all-reduce (as in ByteScheduler, where every
+    partition is a separate communication task), so a batch of k partitions costs the sum of k
+    messages, k latencies included, not one message of their total size."""
     nbytes, names = _validated(prof, env, p)
     part = _bytes_option("partition_bytes", partition_bytes)
     credit = _bytes_option("credit_bytes", credit_bytes)
@@ -236,7 +253,7 @@ def _bytescheduler(prof: ModelProfile, env: Environment, p: int, collective: str
                     break
                 batch.append(q)
                 total += size_of[q]
-            dt = float(comm(total)[0])
+            dt = float(np.sum(comm(size_of[batch])))  # one all-reduce per partition, back to back
             lo, hi = names[layer_of[batch[0]]], names[layer_of[batch[-1]]]
             events.append(Event("comm", "allreduce", lo if lo == hi else f"{lo}..{hi}", link, link + dt, total))
             link += dt
@@ -275,6 +292,7 @@ def _bytescheduler_kernel(cfg: Configurations, collective: str | None = None, *,
     fwd, bwd = np.array(prof.column("forward_s")), np.array(prof.column("backward_s"))
     after_backward = np.cumsum(bwd[::-1])[::-1]
     c = cfg.p.shape[0]
+    price = np.broadcast_to(comm(size_of[None, :]), (c, len(size_of)))  # each partition is its own all-reduce
     done, t, link, starts = np.zeros((c, len(nbytes))), np.zeros(c), np.zeros(c), []
     for _ in range(ITERATIONS):
         starts.append(np.maximum(t, done[:, 0]))
@@ -290,9 +308,8 @@ def _bytescheduler_kernel(cfg: Configurations, collective: str | None = None, *,
                 link = np.where(idle, np.where(pending, part_ready, np.inf).min(axis=1), link)
                 avail = pending & (part_ready <= link[:, None])
             take = avail & (np.cumsum(np.where(avail, size_of, 0.0), axis=1) <= credit)
-            total = np.where(take, size_of, 0.0).sum(axis=1)
             active = take.any(axis=1)
-            link = np.where(active, link + comm(total[:, None])[:, 0], link)
+            link = np.where(active, link + np.where(take, price, 0.0).sum(axis=1), link)
             sent = np.where(take, link[:, None], sent)
             pending &= ~take
         done = np.maximum.reduceat(sent, first_of_layer, axis=1)

@@ -79,17 +79,11 @@ def _zero_kernel(cfg: Configurations, collective: str | None = None, *, bucket_b
     return gathered + cfg.comm("allgather", ag_name, params)(ag_sizes).sum(axis=1)
 
 
-def _decoupled(collective: str | None) -> tuple[str | None, str | None]:
-    from .schedules_overlap import DECOUPLED
+def _decoupled(collective: Any) -> tuple[str | None, str | None]:
+    """(reduce-scatter, allgather) algorithms of a sharded schedule; see ``schedules_overlap.decoupled``."""
+    from .schedules_overlap import decoupled
 
-    if collective is None:
-        return None, None
-    if collective not in DECOUPLED:
-        from .errors import CommscopeError
-
-        raise CommscopeError(f"sharded schedules use reduce-scatter and allgather; give one of "
-                             f"{', '.join(DECOUPLED)} (or None for the cheapest of each), got {collective!r}")
-    return DECOUPLED[collective]
+    return decoupled(collective, "sharded schedules")
 
 
 def _fsdp(prof: ModelProfile, env: Environment, p: int, collective: str | None = None, *,

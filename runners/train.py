@@ -16,7 +16,10 @@ iteration and per part, the maximum over ranks (nothing is communicated inside t
 Rank 0 appends one ``iteration`` record: ``time_s`` is the median of the per-iteration maximum
 totals, with p10/p90/min, the median of every part (``forward_s``, ``backward_s``,
 ``exposed_comm_s``, ``compression_s``, ``update_s``), ``throughput_samples_per_s`` (world size x
-batch / time_s) and every iteration's time (``times``). With ``--convergence`` it also appends a
+batch / time_s), every iteration's time (``times``), and ``wall_s``: the wall-clock time of the
+whole timed loop (started on all ranks by a barrier, max over ranks), with ``mean_time_s`` = wall_s
+/ iterations, the unbiased mean for techniques whose ranks run apart between synchronisations
+(local SGD: the max over ranks of each iteration would overstate a period). With ``--convergence`` it also appends a
 ``convergence`` record at step 0 and every ``--eval-every`` steps (warm-up steps count): ``loss`` is
 the training loss averaged over ranks (at step 0 the initial model's loss on the first batch, later
 the mean over the steps since the previous record), ``time_s`` the wall-clock seconds since training
@@ -376,14 +379,19 @@ def train(ctx: Context, opts: Options, stdout: Any = None) -> list[dict[str, Any
     local = []
     losses = []
     every = max(1, opts.iterations // 10)
+    ctx.dist.barrier()  # the timed loop starts on all ranks together
+    loop_started = time.perf_counter()
     for k in range(1, opts.iterations + 1):
         r = one_step()
         local.append([float(getattr(r, part)) for part in PARTS])
         losses.append(float(r.loss))
         if k % every == 0 or k == opts.iterations:
             say(f"[{k}/{opts.iterations}] {r.total * 1e3:.2f} ms (rank 0), loss {r.loss:.4f}")
+    trainer.sync()
+    wall = torch.tensor([time.perf_counter() - loop_started], dtype=torch.float64, device=ctx.device)
     if opts.convergence and window:
         checkpoint(step, sum(window) / len(window))
+    ctx.dist.all_reduce(wall, op=ctx.dist.ReduceOp.MAX)
     t = torch.tensor(local, dtype=torch.float64, device=ctx.device)
     ctx.dist.all_reduce(t, op=ctx.dist.ReduceOp.MAX)
     per_iter = t.cpu().tolist()
@@ -391,7 +399,8 @@ def train(ctx: Context, opts: Options, stdout: Any = None) -> list[dict[str, Any
     time_s = _quantile(times, 0.5)
     res = {"time_s": time_s, "time_p10_s": _quantile(times, 0.1), "time_p90_s": _quantile(times, 0.9),
            "time_min_s": min(times), "throughput_samples_per_s": ctx.world * opts.batch_size / time_s,
-           "times": times, "loss_first": losses[0], "loss_last": losses[-1]}
+           "times": times, "wall_s": float(wall[0]), "mean_time_s": float(wall[0]) / opts.iterations,
+           "loss_first": losses[0], "loss_last": losses[-1]}
     for i, part in enumerate(PARTS[1:], start=1):
         res[f"{part}_s"] = _quantile([row[i] for row in per_iter], 0.5)
     cfg = {"algorithm": tech.name, "model": entry.name, "batch_size": opts.batch_size, "world_size": ctx.world,

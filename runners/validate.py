@@ -16,8 +16,9 @@ predicted, measured, error; then the median and max error). Nothing in DIR is ov
 DIR that already holds a validation is refused.
 
 What "measured" is: the median over timed iterations of the iteration time (max over ranks) for
-techniques that communicate every iteration; for ``local_sgd`` (communicates every H-th) the mean
-over whole periods, which is what its schedule predicts (amortised time per iteration).
+techniques that communicate every iteration; for ``local_sgd`` (communicates every H-th) the
+wall-clock time of the timed loop over whole periods divided by the iterations, which is what its
+schedule predicts (amortised time per iteration).
 """
 
 from __future__ import annotations
@@ -75,19 +76,20 @@ class ValidationError(CommscopeError):
 
 
 # ------------------------------------------------------------------------------------ prediction
-def _collective_for(env_meta: Mapping[str, Any]) -> str | None:
-    algos = env_meta.get("algorithms") or {}
-    return algos.get("allreduce")
+def _collective_for(env_meta: Mapping[str, Any]) -> dict[str, str] | None:
+    """The fitted algorithm of each primitive (``commscope fit``'s metadata), or None (the cheapest)."""
+    algos = env_meta.get("algorithms")
+    return dict(algos) if isinstance(algos, Mapping) and algos else None
 
 
 def predict(technique: str, options: Mapping[str, Any], profile: Any, env: Any, p: int) -> tuple[float, str]:
     """Predicted seconds per iteration of ``technique`` with ``options`` and how it was priced.
 
     The technique's registered schedule and compressor (``runners.training``) are simulated with
-    ``costmodels.simulate`` on the measured ``profile`` and fitted ``env``; messages go over the
-    fitted algorithm of each primitive (its allreduce algorithm; reduce-scatter and all-gather of
-    the same family for dear / zero / fsdp). Technique options map to schedule options (fusion's
-    ``bucket_cap_mb``, dear's ``buffer_bytes``, zero's buckets, local_sgd's ``H``).
+    ``costmodels.simulate`` on the measured ``profile`` and fitted ``env``; every message goes over
+    the algorithm fitted for its primitive (e.g. gloo's reduce-scatter, which is an allreduce).
+    Technique options map to schedule options (fusion's ``bucket_cap_mb``, dear's ``buffer_bytes``,
+    zero's buckets, local_sgd's ``H``).
     """
     import costmodels as cm
     from runners.training import technique as get_technique
@@ -117,23 +119,19 @@ def predict(technique: str, options: Mapping[str, Any], profile: Any, env: Any, 
     collective = _collective_for(env.metadata)
     try:
         r = cm.simulate(profile, env, p, tech.schedule, collective, compressor, **sched)
-        how = f"{tech.schedule}" + (f" + {compressor}" if compressor else "") + f" over {collective}"
+        over = "+".join(sorted(set(collective.values()))) if collective else "the cheapest algorithm"
+        how = f"{tech.schedule}" + (f" + {compressor}" if compressor else "") + f" over {over}"
     except CommscopeError:
         r = cm.simulate(profile, env, p, tech.schedule, None, compressor, **sched)
-        how = f"{tech.schedule}" + (f" + {compressor}" if compressor else "") + " over the cheapest algorithm"
+        how = f"{tech.schedule}" + (f" + {compressor}" if compressor else "") + " over the cheapest"
     return float(r.iteration_time), how
 
 
 def measured_time(record: Mapping[str, Any]) -> float:
     """The measured seconds per iteration of an iteration record (see the module docstring)."""
     cfg, res = record["config"], record["result"]
-    key = PERIODIC.get(cfg["algorithm"])
-    if key is not None:
-        h = int(cfg.get("options", {}).get(key, 1))
-        times = list(res.get("times") or [])
-        whole = len(times) - len(times) % h
-        if whole >= h:
-            return float(np.mean(times[:whole]))
+    if cfg["algorithm"] in PERIODIC and "mean_time_s" in res:
+        return float(res["mean_time_s"])
     return float(res["time_s"])
 
 
@@ -235,7 +233,10 @@ def make_plan(suite: Suite, envdir: Path, ranks: int, ranks_per_node: int, threa
             "profile": {"warmup": suite.profile_iters[0], "iterations": suite.profile_iters[1]},
             "techniques": techniques, "iterations": suite.iterations, "warmup": suite.warmup,
             "records": str(envdir / "records.jsonl"), "environment": str(envdir / "environment.json"),
-            "environment_name": f"fitted:{envdir.name}", "profile_path": str(envdir / "profile.json"),
+            "environment_name": f"fitted:{envdir.name}",
+            "profile_path": str(envdir / "profile.json"),
+            # reduce_scatter is left to auto: gloo's is an allreduce of the whole buffer
+            "fit_algorithm": "ring_allreduce,ring_allgather",
             "ranks": ranks, "ranks_per_node": ranks_per_node}
 
 

@@ -9,8 +9,9 @@ One process group does, in order, and appends every record to the plan's ``recor
 1. **sweep**: the plan's collectives over its sizes (``runners.bench.sweep``, max over ranks);
 2. **fit**: rank 0 fits alpha/beta(/gamma) to the sweep (``runners.fit.fit``) and saves the environment;
 3. **profile**: every rank runs the layer-wise profiler *at the same time*, with the run's threads per
-   rank, so each rank's compute shares the cores exactly as it does while training; the profile
-   kept is the per-layer mean over ranks (the spread between ranks is stored in its metadata);
+   rank, so each rank's compute shares the cores exactly as it does while training; the per-layer
+   mean over ranks gives each layer's share, and the totals are those of synchronised compute-only
+   iterations, max over ranks (:func:`synchronised_compute`): what a synchronous iteration waits for;
 4. **train**: each technique of the plan, warm-up then timed iterations (``runners.train.train``).
 
 Rank 0 prints ``@@ stage K/N: what`` lines that ``commscope validate`` turns into progress. A technique
@@ -25,6 +26,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -89,6 +91,54 @@ def mean_profile(profiles: Sequence[Any], ranks: int, threads: int) -> Any:
                            f"{first.source}; {how}", meta)
 
 
+def synchronised_compute(ctx: Any, model_name: str, batch_size: int, iterations: int, warmup: int, seed: int = 0,
+                         **model_options: Any) -> tuple[float, float]:
+    """Median over iterations of the slowest rank's forward and backward seconds, all ranks in step.
+
+    Every iteration starts on all ranks together (a barrier, outside the timed region), runs forward +
+    loss and backward with no communication, and the per-iteration times are reduced as the max over
+    ranks after the loop. This is the compute a synchronous iteration waits for: on shared cores the
+    slowest of the ranks, not the average one.
+    """
+    from runners import models
+
+    torch = ctx.torch
+    entry = models.model(model_name)
+    model = entry.builder(seed=seed, **model_options).to(ctx.device)
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + 2000 + ctx.rank)
+    x, y = entry.example_batch(batch_size, gen, **model_options)
+    x, y = x.to(ctx.device), y.to(ctx.device)
+    times = []
+    for k in range(warmup + iterations):
+        ctx.dist.barrier()
+        t0 = time.perf_counter()
+        loss = entry.loss_fn(model(x), y)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        model.zero_grad(set_to_none=True)
+        if k >= warmup:
+            times.append([t1 - t0, t2 - t1])
+    t = torch.tensor(times, dtype=torch.float64)
+    ctx.dist.all_reduce(t, op=ctx.dist.ReduceOp.MAX)
+    med = t.median(dim=0).values
+    return float(med[0]), float(med[1])
+
+
+def scaled_profile(prof: Any, forward_s: float, backward_s: float, how: str) -> Any:
+    """``prof`` with its forward and backward columns scaled to sum to ``forward_s`` and ``backward_s``."""
+    import costmodels as cm
+
+    kf = forward_s / prof.forward_s if prof.forward_s > 0 else 1.0
+    kb = backward_s / prof.backward_s if prof.backward_s > 0 else 1.0
+    layers = tuple(cm.Layer(x.name, x.params, x.grad_bytes, x.forward_s * kf, x.backward_s * kb, x.shape)
+                   for x in prof.layers)
+    meta = {**dict(prof.metadata), "synchronised_forward_s": forward_s, "synchronised_backward_s": backward_s,
+            "mean_rank_forward_s": prof.forward_s, "mean_rank_backward_s": prof.backward_s, "how": how}
+    return cm.ModelProfile(prof.name, layers, prof.device, prof.dtype, prof.batch_size, prof.origin,
+                           f"{prof.source}; {how}", meta)
+
+
 def _say(ctx: Any, text: str) -> None:
     if ctx.rank == 0:
         print(text, flush=True)
@@ -106,6 +156,8 @@ def run(ctx: Any, plan: dict[str, Any]) -> int:
     import costmodels as cm
     from runners import bench, fit, profiler, results
     from runners import train as rt
+    from runners.training import technique as get_technique
+    from runners.validate import PERIODIC
 
     techniques = plan["techniques"]
     stages = 3 + len(techniques)
@@ -140,8 +192,13 @@ def run(ctx: Any, plan: dict[str, Any]) -> int:
                                   seed=plan.get("seed", 0), **plan.get("model_options", {}))
     gathered: list[Any] = [None] * ctx.world
     ctx.dist.all_gather_object(gathered, mine.to_dict())
+    sync_f, sync_b = synchronised_compute(ctx, plan["model"], plan["batch_size"], pr["iterations"], pr["warmup"],
+                                          plan.get("seed", 0), **plan.get("model_options", {}))
     if ctx.rank == 0:
         prof = mean_profile([cm.ModelProfile.from_dict(d) for d in gathered], ctx.world, threads)
+        prof = scaled_profile(prof, sync_f, sync_b, prof.metadata["how"] + "; then scaled to the median over "
+                              "iterations of the slowest rank's forward and backward with all ranks in step "
+                              "(barrier before each, no communication)")
         prof.save(plan["profile_path"])
         results.append(records, [results.record(
             "profile", {"model": plan["model"], "batch_size": plan["batch_size"], "device": str(ctx.device.type),
@@ -157,10 +214,13 @@ def run(ctx: Any, plan: dict[str, Any]) -> int:
     for k, (name, options) in enumerate(techniques, start=4):
         _say(ctx, f"{PROGRESS}stage {k}/{stages}: train {name}")
         error = None
+        iterations, warmup = plan["iterations"], plan["warmup"]
+        period = int(options.get("H", get_technique(name).options.get("H", 1))) if name in PERIODIC else 1
+        iterations, warmup = -(-iterations // period) * period, -(-warmup // period) * period  # whole periods
         try:
-            topts = rt.Options(algorithm=name, model=plan["model"], iterations=plan["iterations"],
+            topts = rt.Options(algorithm=name, model=plan["model"], iterations=iterations,
                                batch_size=plan["batch_size"], lr=plan.get("lr", 0.05), options=dict(options),
-                               warmup=plan["warmup"], threads=threads, seed=plan.get("seed", 0),
+                               warmup=warmup, threads=threads, seed=plan.get("seed", 0),
                                backend=ctx.backend, out=records, timeout=plan["timeout"])
             rt.train(tctx, topts)
         except CommscopeError as exc:

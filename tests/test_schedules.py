@@ -185,13 +185,15 @@ def test_dear_by_hand() -> None:
 
 
 def test_bytescheduler_by_hand() -> None:
-    # Partitions of 1000 B (l0: 1, l1: 2, l2: 3), credit 2000 B, c(m) = 2 ms + m us, priority l0 > l1 > l2.
-    # Iteration 3 (steady): backward ends at 66 (l2 ready 60, l1 64, l0 66). Link: l2p0+l2p1 60-64,
-    # l1p0+l1p1 64-68 (l1 ready at 64), then l0p0 with l2p2 68-72 (l0 outranks the rest of l2).
-    # Next forward waits for l0 (72): period 72 - 48 = 24 ms, window [48, 72).
+    # Partitions of 1000 B (l0: 1, l1: 2, l2: 3), credit 2000 B, each partition its own all-reduce of
+    # c(1000 B) = 2 ms + 1 ms = 3 ms (a batch of two takes 6 ms), priority l0 > l1 > l2.
+    # Iteration 2 ends its backward at 47 (l2 ready 41, l1 45, l0 47); link: l2p0+l2p1 41-47,
+    # [l0p0, l1p0] 47-53, [l1p1, l2p2] 53-59. Iteration 3 starts at 53 (l0 done): l0 53-54, l1 waits
+    # for 59 (59-61), l2 61-64, backward 64-76; link 70-76, 76-82, 82-88; iteration 4 starts at 82.
+    # Period 82 - 53 = 29 ms, window [53, 82).
     r = sim("bytescheduler", partition_bytes=1000, credit_bytes=2000)
-    assert r.iteration_time == pytest.approx(24 * MS)
-    assert comm_spans(r) == [(12, 16), (16, 20), (20, 24)]
+    assert r.iteration_time == pytest.approx(29 * MS)
+    assert comm_spans(r) == [(0, 6), (17, 23), (23, 29)]
     assert r.timeline.bytes_sent() == PROF.grad_bytes and r.details["partitions"] == 6
 
 

@@ -166,7 +166,7 @@ class MGWFBP(ExactTrainer):
     """MG-WFBP: gradients merged into the buckets of the paper's merge rule, each all-reduced when complete.
 
     ``profile``: a :class:`costmodels.ModelProfile` (or the path of its JSON file) whose layers are
-    the model's trainable parameters by name (in forward order; layers of frozen parameters are ignored). ``None``: nothing is
+    the model's trainable parameters by name (in forward order; frozen parameters' layers ignored). ``None``: nothing is
     measured; the tensors' real sizes are used with equal per-layer forward and backward times, each
     one empty-message latency ``a`` of the environment, so that layers merge only where the link is
     still busy when the next gradient arrives. ``env``: a :class:`costmodels.Environment`, a preset
