@@ -92,11 +92,10 @@ def decoupled(collective: Any, who: str = "dear") -> tuple[str | None, str | Non
     if isinstance(collective, Mapping):
         return collective.get("reduce_scatter"), collective.get("allgather")
     if collective not in DECOUPLED:
-        raise CommscopeError(
-            f"{who} decouple(s) an allreduce into reduce-scatter + allgather; it knows how to for "
-            f"{', '.join(DECOUPLED)}, a mapping primitive -> algorithm, or None for the cheapest of each; "
-            f"got {collective!r}"
-        )
+        what = ("dear decouples an allreduce into reduce-scatter + allgather; it knows how to for" if who == "dear"
+                else "sharded schedules use reduce-scatter and allgather; give one of")
+        raise CommscopeError(f"{what} {', '.join(DECOUPLED)} (or a mapping primitive -> algorithm, or None for "
+                             f"the cheapest of each), got {collective!r}")
     return DECOUPLED[collective]
 
 

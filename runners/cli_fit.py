@@ -74,6 +74,9 @@ def fit_command(
                                   "[default: ring_<primitive>]")] = None,
     min_size: Annotated[str, typer.Option("--min-size", help="leave out smaller records, e.g. 64KiB")] = "0",
     gamma: Annotated[str, typer.Option(help="'auto' (fitted where identifiable, else 0) or a fixed s/byte")] = "auto",
+    statistic: Annotated[str, typer.Option(
+        help="time of a record: median (time_s) or mean of its per-iteration times (messages back to back)")
+    ] = "median",
     out: Annotated[Path | None, typer.Option(help="write the fitted environment JSON here (atomically)")] = None,
     record: Annotated[Path | None, typer.Option(help="append an environment record to this results file")] = None,
     name: Annotated[str | None, typer.Option(help="environment name [default: fitted:<file stems>]")] = None,
@@ -94,7 +97,8 @@ def fit_command(
     bad = [b for x in loaded.values() for b in x.bad]
     for b in bad:
         print(f"commscope: skipped {b}", file=sys.stderr)
-    res = fitting.fit(loaded, primitive, algorithm, min_bytes=min_size, gamma=gamma, name=name)
+    res = fitting.fit(loaded, primitive, algorithm, min_bytes=min_size, gamma=gamma, name=name,
+                      statistic=statistic)
     entry = res.record() if record is not None else None  # validated before anything is written
     written: dict[str, str] = {}
     if out is not None:

@@ -40,7 +40,8 @@ import numpy as np
 from costmodels.errors import CommscopeError
 from runners import results
 
-PERIODIC = {"local_sgd": "H"}  # techniques that communicate every option-th iteration
+PERIODIC = {"local_sgd": "H"}
+LATENCY_BYTES = 64 * 1024  # sweep sizes below this are latency-bound: Suite.latency_iters iterations each
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ class Suite:
     warmup: int
     sweep_ops: tuple[str, ...] = ("allreduce", "allgather", "reduce_scatter")
     sweep_sizes: tuple[str, str, float] = ("4", "4MiB", 4.0)
-    sweep_iters: tuple[int, int] = (2, 8)  # warm-up, timed
+    sweep_iters: tuple[int, int] = (2, 10)  # warm-up, timed
+    latency_iters: int = 40  # timed iterations of sizes below LATENCY_BYTES: their latency is noisy on shared cores
     profile_iters: tuple[int, int] = (3, 10)
     model_options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -229,7 +231,8 @@ def make_plan(suite: Suite, envdir: Path, ranks: int, ranks_per_node: int, threa
             "batch_size": suite.batch_size, "threads": threads, "seed": seed, "lr": 0.05, "timeout": timeout,
             "sweep": {"ops": list(suite.sweep_ops), "min_size": suite.sweep_sizes[0],
                       "max_size": suite.sweep_sizes[1], "factor": suite.sweep_sizes[2],
-                      "warmup": suite.sweep_iters[0], "iters": suite.sweep_iters[1]},
+                      "warmup": suite.sweep_iters[0], "iters": suite.sweep_iters[1],
+                      "latency_iters": suite.latency_iters, "latency_bytes": LATENCY_BYTES},
             "profile": {"warmup": suite.profile_iters[0], "iterations": suite.profile_iters[1]},
             "techniques": techniques, "iterations": suite.iterations, "warmup": suite.warmup,
             "records": str(envdir / "records.jsonl"), "environment": str(envdir / "environment.json"),
@@ -237,6 +240,8 @@ def make_plan(suite: Suite, envdir: Path, ranks: int, ranks_per_node: int, threa
             "profile_path": str(envdir / "profile.json"),
             # reduce_scatter is left to auto: gloo's is an allreduce of the whole buffer
             "fit_algorithm": "ring_allreduce,ring_allgather",
+            # iterations send many messages back to back: their cost is the mean message time, not the median
+            "fit_statistic": "mean",
             "ranks": ranks, "ranks_per_node": ranks_per_node}
 
 
@@ -274,16 +279,19 @@ def run_job(cmd: Sequence[str], log: Path, on_stage: Callable[[int, int, str], N
     return code, failed, tail
 
 
-def validate(suite: str, ranks: int, out: str | os.PathLike[str], emulate: Sequence[str] = (),
+def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulate: Sequence[str] = (),
              threads: int = 1, timeout: float = 300.0, ranks_per_node: int | None = None,
              command: str = "", progress: Any = None) -> tuple[list[dict[str, Any]], list[str]]:
     """Run the suite on every environment; returns (validation records, failures). See the module docstring."""
     import costmodels as cm
     from runners.emulate import parse_rate
 
-    if suite not in SUITES:
+    if isinstance(suite, Suite):
+        s = suite
+    elif suite in SUITES:
+        s = SUITES[suite]
+    else:
         raise ValidationError(f"unknown suite {suite!r}; choose one of: {', '.join(SUITES)}")
-    s = SUITES[suite]
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
         raise ValidationError(f"--ranks must be an integer >= 2, got {ranks!r}")
     rates: list[str | None] = [None]
@@ -307,7 +315,8 @@ def validate(suite: str, ranks: int, out: str | os.PathLike[str], emulate: Seque
              f"({rpn} per node), {threads} thread(s) per rank, {s.iterations} timed iterations after {s.warmup}",
              "compute: profiled inside the distributed run, on all ranks at once with the same threads per rank "
              "(each rank's per-layer medians scaled to its unhooked forward and backward, then the mean over ranks)",
-             "environment: alpha, beta, gamma fitted to this run's own sweep of " + ", ".join(s.sweep_ops)]
+             "environment: alpha, beta, gamma fitted to the mean per-iteration times of this run's own sweep of "
+             + ", ".join(s.sweep_ops)]
     for rate in rates:
         label = env_label(rate)
         envdir = outdir / re.sub(r"[^A-Za-z0-9_.-]", "_", label)

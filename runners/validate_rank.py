@@ -166,8 +166,19 @@ def run(ctx: Any, plan: dict[str, Any]) -> int:
     ctx.torch.set_num_threads(threads)
     sw = plan["sweep"]
     _say(ctx, f"{PROGRESS}stage 1/{stages}: sweep {','.join(sw['ops'])}")
-    opts = bench.make_options(op=sw["ops"], min_size=sw["min_size"], max_size=sw["max_size"], factor=sw["factor"],
-                              warmup=sw["warmup"], iters=sw["iters"], out=str(records), timeout=plan["timeout"])
+    lat_bytes = int(sw.get("latency_bytes", 0))
+    small_max = lat_bytes // int(sw["factor"]) if lat_bytes else 0
+    if small_max >= cm.parse_size(sw["min_size"]):  # latency-bound sizes: more iterations
+        opts = bench.make_options(op=sw["ops"], min_size=sw["min_size"], max_size=small_max, factor=sw["factor"],
+                                  warmup=sw["warmup"], iters=sw["latency_iters"], out=str(records),
+                                  timeout=plan["timeout"])
+        bench.sweep(ctx, opts)
+        start = small_max * sw["factor"]
+    else:
+        start = sw["min_size"]
+    opts = bench.make_options(op=sw["ops"], min_size=int(start) if not isinstance(start, str) else start,
+                              max_size=sw["max_size"], factor=sw["factor"], warmup=sw["warmup"], iters=sw["iters"],
+                              out=str(records), timeout=plan["timeout"])
     bench.sweep(ctx, opts)
 
     _say(ctx, f"{PROGRESS}stage 2/{stages}: fit")
@@ -175,7 +186,7 @@ def run(ctx: Any, plan: dict[str, Any]) -> int:
     if ctx.rank == 0:
         try:
             res = fit.fit([str(records)], primitive=sw["ops"], algorithm=plan.get("fit_algorithm"),
-                          name=plan.get("environment_name"))
+                          name=plan.get("environment_name"), statistic=plan.get("fit_statistic", "median"))
             res.environment.save(plan["environment"])
             results.append(records, [res.record()])
             print(f"# {res.summary()}", flush=True)

@@ -171,7 +171,8 @@ class MGWFBP(ExactTrainer):
     one empty-message latency ``a`` of the environment, so that layers merge only where the link is
     still busy when the next gradient arrives. ``env``: a :class:`costmodels.Environment`, a preset
     name or the path of a fitted environment (``commscope fit --out env.json``). ``collective``: the
-    algorithm that prices messages (``None``: the cheapest at each size), as in ``cm.simulate``.
+    algorithm that prices messages, as in ``cm.simulate``; ``None``: the algorithms a fitted
+    environment was fitted with (its metadata), else the cheapest at each size.
     The buckets are :func:`costmodels.schedules.mgwfbp_groups` (the schedule's own function).
     """
 
@@ -184,6 +185,8 @@ class MGWFBP(ExactTrainer):
             raise CommscopeError(f"env must be a costmodels.Environment, a preset name or a JSON path, got {env!r}")
         if not self.params:
             raise CommscopeError("the model has no trainable parameters")
+        if collective is None and isinstance(env.metadata.get("algorithms"), dict):
+            collective = dict(env.metadata["algorithms"])  # a fitted environment names its algorithms
         comm = Comm("allreduce", self.world_size, env, collective)
         index = {n: i for i, (n, _) in enumerate(self.named)}
         if isinstance(profile, (str, os.PathLike)):

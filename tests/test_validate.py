@@ -1,0 +1,160 @@
+"""commscope validate: prediction, measurement, tables, bad input, the shipped reference run, and the
+gloo-specific cost terms validation found (reduce-scatter as allreduce; one message per ByteScheduler
+partition)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import costmodels as cm
+from costmodels.messages import Comm
+from runners import reference, results
+from runners import validate as v
+
+MS = 1e-3
+PROF = cm.ModelProfile(
+    "toy", (cm.Layer("l0", 250, 1000.0, 1 * MS, 2 * MS), cm.Layer("l1", 500, 2000.0, 2 * MS, 4 * MS)),
+    "cpu", "float32", 32, "measured", "hand-written")
+ENV = cm.Environment(alpha=1e-3, beta=1e-6, gamma=0.0, metadata={
+    "algorithms": {"allreduce": "ring_allreduce", "allgather": "ring_allgather",
+                   "reduce_scatter": "allreduce_reduce_scatter"}})
+
+
+def test_allreduce_reduce_scatter_costs_an_allreduce_by_hand() -> None:
+    # p = 4, n = 4000 B: 2(p-1) alpha + 2 (p-1)/p n beta = 6 ms + 6 ms = 12 ms (a ring RS would be 3 + 3 = 6 ms)
+    c = cm.collective("allreduce_reduce_scatter")
+    assert c.primitive == "reduce_scatter"
+    assert float(c.time(4000.0, 4, ENV)) == pytest.approx(12 * MS)
+    assert float(cm.collective("ring_reduce_scatter").time(4000.0, 4, ENV)) == pytest.approx(6 * MS)
+
+
+def test_comm_takes_a_mapping_of_primitives() -> None:
+    algos = ENV.metadata["algorithms"]
+    assert Comm("reduce_scatter", 4, ENV, algos).candidates == ["allreduce_reduce_scatter"]
+    assert Comm("allgather", 4, ENV, algos).candidates == ["ring_allgather"]
+    assert len(Comm("broadcast", 4, ENV, algos).candidates) >= 1  # not in the mapping: the cheapest
+
+
+def test_dear_over_gloo_reduce_scatter_by_hand() -> None:
+    # p = 2, one group of 3000 B: RS as allreduce 2 ms + 3 ms = 5 ms, AG 1 ms + 1.5 ms = 2.5 ms.
+    # Compute 3 + 6 = 9 ms; RS after backward (9-14), AG before the next forward (14-16.5): period 16.5 ms
+    r = cm.simulate(PROF, ENV, 2, "dear", ENV.metadata["algorithms"])
+    assert r.iteration_time == pytest.approx(16.5 * MS)
+    ring = cm.simulate(PROF, ENV, 2, "dear", "ring_allreduce")
+    assert ring.iteration_time == pytest.approx(14.0 * MS)  # RS 1 + 1.5 = 2.5 ms instead of 5
+
+
+def test_predict_maps_techniques_to_schedules() -> None:
+    t, how = v.predict("fusion", {"bucket_cap_mb": 25.0}, PROF, ENV, 2)
+    assert t == pytest.approx(cm.simulate(PROF, ENV, 2, "fusion", ENV.metadata["algorithms"],
+                                          bucket_bytes=25 * 2**20).iteration_time)
+    assert "fusion" in how and "ring_allreduce" in how
+    t, _ = v.predict("local_sgd", {"H": 4}, PROF, ENV, 2)
+    assert t == pytest.approx(cm.simulate(PROF, ENV, 2, "local_sgd", ENV.metadata["algorithms"], H=4).iteration_time)
+    t, how = v.predict("topk", {"density": 0.5}, PROF, ENV, 2)
+    assert "topk:0.5" in how and t > PROF.compute_s
+    with pytest.raises(cm.CommscopeError, match="no schedule"):
+        v.predict("dpsgd", {}, PROF, ENV, 2)
+
+
+def _iteration(algorithm: str, time_s: float, **extra: float) -> dict:
+    run = results.run_info("gloo", 2, 1, ["cpu", "cpu"], local_world_size=1)
+    return results.record("iteration", {"algorithm": algorithm, "model": "toy", "batch_size": 32, "world_size": 2,
+                                        "options": {"H": 4} if algorithm == "local_sgd" else {}},
+                          {"time_s": time_s, **extra}, run, "test")
+
+
+def test_measured_time_and_compare() -> None:
+    recs = [_iteration("bsp", 0.02), _iteration("local_sgd", 0.01, mean_time_s=0.012),
+            _iteration("dpsgd", 0.05)]
+    assert v.measured_time(recs[1]) == 0.012  # periodic: wall-clock mean, not the median iteration
+    out = v.compare(recs, PROF, ENV, "host")
+    assert [r["config"]["technique"] for r in out] == ["bsp", "local_sgd", "dpsgd"]
+    bsp = out[0]["result"]
+    assert bsp["predicted_s"] == pytest.approx(cm.simulate(PROF, ENV, 2, "bsp", ENV.metadata["algorithms"])
+                                               .iteration_time)
+    assert bsp["error"] == pytest.approx(bsp["predicted_s"] / 0.02 - 1)
+    assert "predicted_s" not in out[2]["result"] and out[2]["result"]["how"].startswith("not predicted")
+    rows = v.table_rows(out)
+    s = v.summary(rows)
+    assert s["all"]["n"] == 2 and s["all"]["unpredicted"] == 1
+    assert s["all"]["max_abs_error"] == pytest.approx(max(abs(rows[0]["error"]), abs(rows[1]["error"])))
+    md = v.markdown(rows, "commscope validate ...")
+    assert "| dpsgd | host | 2 | toy |" in md and "n/a" in md
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"suite": "huge"}, "unknown suite 'huge'; choose one of: quick, full"),
+    ({"ranks": 1}, "--ranks must be an integer >= 2, got 1"),
+    ({"emulate": ["fast"]}, "fast"),
+    ({"emulate": ["1gbit"], "ranks": 4, "ranks_per_node": 3}, "not a multiple of --ranks-per-node 3"),
+])
+def test_bad_input_fails_before_running(tmp_path, kwargs: dict, message: str) -> None:
+    args = {"suite": "quick", "ranks": 2, "out": tmp_path / "o", **kwargs}
+    with pytest.raises(cm.CommscopeError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        v.validate(**args)
+    assert not (tmp_path / "o").exists()
+
+
+def test_existing_validation_is_not_overwritten(tmp_path) -> None:
+    (tmp_path / "validation.jsonl").write_text("keep\n")
+    with pytest.raises(v.ValidationError, match="already holds a validation"):
+        v.validate("quick", 2, tmp_path)
+    assert (tmp_path / "validation.jsonl").read_text() == "keep\n"
+
+
+def test_plan_profiles_mgwfbp_from_this_run(tmp_path) -> None:
+    plan = v.make_plan(v.SUITES["quick"], tmp_path / "1gbit", 4, 1, 1, 60.0)
+    mg = dict(plan["techniques"])["mgwfbp"]
+    assert mg["profile"] == plan["profile_path"] and mg["env"] == plan["environment"]
+    assert plan["sweep"]["ops"] == ["allreduce", "allgather", "reduce_scatter"]
+    json.dumps(plan)  # what the rank side reads
+
+
+def test_shipped_reference_run() -> None:
+    recs = reference.validation_records()
+    envs = reference.environments()
+    assert envs == ["100mbit", "1gbit", "2500mbit"]
+    techniques = {t for t, _ in v.SUITES["quick"].techniques}
+    for env in envs:
+        mine = [r for r in recs if r["config"]["environment"] == env]
+        assert {r["config"]["technique"] for r in mine} == techniques
+        assert all(r["config"]["world_size"] == 4 for r in mine)
+        kinds = {r["kind"] for r in reference.records(env)}
+        assert kinds == {"collective", "environment", "profile", "iteration"}
+        assert (reference.VALIDATION_DIR / env / "environment.json").exists()
+    # the comparison is reproducible from the shipped records with today's models
+    for env in envs:
+        e = cm.Environment.load(reference.VALIDATION_DIR / env / "environment.json")
+        prof = cm.load_profile(reference.VALIDATION_DIR / env / "profile.json")
+        again = v.compare(reference.records(env), prof, e, env)
+        shipped = [r for r in recs if r["config"]["environment"] == env]
+        np.testing.assert_allclose([r["result"]["predicted_s"] for r in again],
+                                   [r["result"]["predicted_s"] for r in shipped], rtol=1e-9)
+    assert reference.COMMAND in (reference.VALIDATION_DIR / "validation.md").read_text()
+
+
+@pytest.mark.multiprocess
+def test_validate_end_to_end_on_the_host(tmp_path) -> None:
+    """A tiny suite through the real pipeline: torchrun job, sweep, fit, profile, train, predict, tables."""
+    if shutil.which("torchrun") is None and not os.path.exists(os.path.join(os.path.dirname(os.sys.executable),
+                                                                              "torchrun")):
+        pytest.skip("torchrun is not installed")
+    suite = v.Suite("tiny", "mlp", 16, (("bsp", {}), ("fusion", {}), ("local_sgd", {"H": 2})), iterations=4,
+                    warmup=1, sweep_sizes=("4", "64KiB", 16.0), sweep_iters=(1, 3), profile_iters=(1, 3))
+    recs, failures = v.validate(suite, 2, tmp_path, timeout=60.0, command="test")
+    assert failures == []
+    assert [r["config"]["technique"] for r in recs] == ["bsp", "fusion", "local_sgd"]
+    assert all(math.isfinite(r["result"]["predicted_s"]) and r["result"]["measured_s"] > 0 for r in recs)
+    assert (tmp_path / "validation.csv").read_text().startswith("technique,environment,p,model")
+    assert (tmp_path / "host" / "environment.json").exists() and (tmp_path / "host" / "profile.json").exists()
+    prof = cm.load_profile(tmp_path / "host" / "profile.json")
+    assert "synchronised_forward_s" in prof.metadata and prof.metadata["concurrent_ranks"] == 2
+    kinds = [r["kind"] for r in results.load(tmp_path / "host" / "records.jsonl").records]
+    assert kinds.count("iteration") == 3 and "environment" in kinds and "profile" in kinds
