@@ -100,7 +100,7 @@ def predict(technique: str, options: Mapping[str, Any], profile: Any, env: Any, 
     if tech.schedule is None:
         raise CommscopeError(f"technique {tech.name} has no schedule to predict it with")
     opts = {**tech.options, **options}
-    sched: dict[str, Any] = {}
+    sched: dict[str, Any] = dict(tech.schedule_options)
     if tech.schedule == "fusion" and "bucket_cap_mb" in opts:
         sched["bucket_bytes"] = float(opts["bucket_cap_mb"]) * 2**20
     elif tech.schedule == "dear" and "buffer_bytes" in opts:

@@ -405,9 +405,10 @@ def test_quantisers_send_zero_for_a_zero_tensor() -> None:
 # ----------------------------------------------------------------------------- registry and options
 EXPECTED = {  # name: (compressor, bound, schedule)
     "fp16": ("fp16", None, "fusion"), "powersgd": ("powersgd", "powersgd", "fusion"),
-    "topk": ("topk", "topk", "bsp"), "randomk": ("randomk", "randomk", "bsp"), "dgc": ("dgc", None, "bsp"),
-    "qsgd": ("qsgd", "qsgd", "bsp"), "terngrad": ("terngrad", None, "bsp"), "signsgd": ("signsgd", "signsgd", "bsp"),
-    "ef_signsgd": ("ef_signsgd", "ef_signsgd", "bsp"), "local_sgd": (None, "local_sgd", "local_sgd"),
+    "topk": ("topk", "topk", "fusion"), "randomk": ("randomk", "randomk", "fusion"), "dgc": ("dgc", None, "fusion"),
+    "qsgd": ("qsgd", "qsgd", "fusion"), "terngrad": ("terngrad", None, "fusion"),
+    "signsgd": ("signsgd", "signsgd", "fusion"), "ef_signsgd": ("ef_signsgd", "ef_signsgd", "fusion"),
+    "local_sgd": (None, "local_sgd", "local_sgd"),
     "dpsgd": (None, "dpsgd", None),
 }
 
@@ -420,6 +421,10 @@ def test_techniques_name_their_compressor_bound_and_schedule() -> None:
         assert comp is None or comp in cm.compressors()
         assert bound is None or bound in cv.bounds()
         assert schedule is None or schedule in cm.schedules()
+        if name in ("fp16", "powersgd", "local_sgd", "dpsgd"):
+            assert not t.schedule_options
+        else:  # one fused message after backward: fusion with a single bucket of everything
+            assert t.schedule_options == {"bucket_bytes": 2**60, "first_bucket_bytes": 2**60}
     assert technique("topk").options["density"] == cm.compressor("topk").default
     assert technique("dgc").options["density"] == cm.compressor("dgc").default
     assert technique("qsgd").options["bits"] == cm.compressor("qsgd").default

@@ -85,6 +85,8 @@ class Technique:
 
     ``exact``: equals single-process SGD on the concatenated batch; ``schedule`` / ``compressor`` /
     ``bound``: the names of its cost model, compressor and convergence bound (None where it has none);
+    ``schedule_options``: options of that schedule that describe how the technique sends (e.g. one
+    bucket for a technique that fuses everything into one message);
     ``options``: its parameters with defaults; ``factory(model, lr, group, **options)`` builds the
     :class:`Trainer`; ``backends``: the torch.distributed backends it runs on.
     """
@@ -97,6 +99,7 @@ class Technique:
     compressor: str | None = None
     bound: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    schedule_options: Mapping[str, Any] = field(default_factory=dict)
     backends: tuple[str, ...] = ("gloo", "nccl")
 
     def build(self, model: Any, lr: float, group: Any = None, **options: Any) -> Trainer:

@@ -6,8 +6,9 @@ the DDP model as PyTorch documents: the gradient communication runs inside ``bac
 overlapped), so those steps report it there and ``compression`` / ``exposed_comm`` stay 0.
 
 The others compress every parameter tensor on its own after ``backward``, fuse the ranks' messages into
-one collective of each kind per step, decode, and subtract the average (no overlap: the ``bsp`` schedule
-with the compressor is their cost model):
+one collective of each kind per step, decode, and subtract the average: one fused message after backward,
+whose cost model is the ``fusion`` schedule with a single bucket holding every tensor (:data:`ONE_MESSAGE`:
+sent when the last gradient is ready, so nothing overlaps) and the compressor:
 
 * ``topk``, ``randomk``, ``dgc``, ``ef_signsgd`` keep **error feedback on the step**, as
   :mod:`convergence.sim_algorithms` does: each rank keeps a residual ``e_j`` per tensor, forms
@@ -559,6 +560,9 @@ class PowerSGD(_HookedDDP):
 
 
 # ------------------------------------------------------------------------------------------- registry
+ONE_MESSAGE = {"bucket_bytes": 2**60, "first_bucket_bytes": 2**60}  # fusion options: every tensor in one bucket
+_FUSED: dict = {"schedule": "fusion", "schedule_options": ONE_MESSAGE}
+
 for _t in (
     Technique("fp16", "PyTorch DDP with fp16_compress_hook: gradients cast to fp16 / p and all-reduced in buckets",
               FP16, exact=False, schedule="fusion", compressor="fp16"),
@@ -567,22 +571,22 @@ for _t in (
               schedule="fusion", compressor="powersgd", bound="powersgd",
               options={"rank": 4, "start_powerSGD_iter": 10, "use_error_feedback": True, "warm_start": True}),
     Technique("topk", "Top-k per tensor with error feedback on lr * g; values + indices all-gathered", TopK,
-              exact=False, schedule="bsp", compressor="topk", bound="topk", options={"density": 0.01, "seed": 0}),
+              exact=False, compressor="topk", bound="topk", options={"density": 0.01, "seed": 0}, **_FUSED),
     Technique("randomk", "Random-k per tensor (indices shared by seed and step) with error feedback on lr * g; "
-              "values all-reduced", RandomK, exact=False, schedule="bsp", compressor="randomk", bound="randomk",
-              options={"density": 0.01, "seed": 0}),
+              "values all-reduced", RandomK, exact=False, compressor="randomk", bound="randomk",
+              options={"density": 0.01, "seed": 0}, **_FUSED),
     Technique("dgc", "DGC: threshold from a 1% sample, at most k values + indices per tensor, error feedback on "
-              "lr * g; variable sizes all-gathered", DGC, exact=False, schedule="bsp", compressor="dgc",
-              options={"density": 0.001, "seed": 0}),
+              "lr * g; variable sizes all-gathered", DGC, exact=False, compressor="dgc",
+              options={"density": 0.001, "seed": 0}, **_FUSED),
     Technique("qsgd", "QSGD: unbiased stochastic rounding to 2^(bits-1) - 1 levels of each tensor's norm; "
-              "norms + levels all-gathered", QSGD, exact=False, schedule="bsp", compressor="qsgd", bound="qsgd",
-              options={"bits": 8, "seed": 0}),
+              "norms + levels all-gathered", QSGD, exact=False, compressor="qsgd", bound="qsgd",
+              options={"bits": 8, "seed": 0}, **_FUSED),
     Technique("terngrad", "TernGrad: unbiased stochastic ternary times each tensor's max-abs; scales + int8 codes "
-              "all-gathered", TernGrad, exact=False, schedule="bsp", compressor="terngrad", options={"seed": 0}),
+              "all-gathered", TernGrad, exact=False, compressor="terngrad", options={"seed": 0}, **_FUSED),
     Technique("signsgd", "signSGD with majority vote: int8 signs all-gathered, step lr * sign(sum of signs)",
-              SignSGD, exact=False, schedule="bsp", compressor="signsgd", bound="signsgd"),
+              SignSGD, exact=False, compressor="signsgd", bound="signsgd", **_FUSED),
     Technique("ef_signsgd", "EF-signSGD: (||p||_1/d) sign(p) per tensor with error feedback on lr * g; scales + "
-              "int8 signs all-gathered", EFSignSGD, exact=False, schedule="bsp", compressor="ef_signsgd",
-              bound="ef_signsgd"),
+              "int8 signs all-gathered", EFSignSGD, exact=False, compressor="ef_signsgd", bound="ef_signsgd",
+              **_FUSED),
 ):
     TECHNIQUES.register(_t)
