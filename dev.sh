@@ -81,6 +81,24 @@ setup() {
   echo "$want" > "$stamp"
 }
 
+# System tools some tests need: a browser for the app's end-to-end test (Debian's chromium, driven by
+# Playwright with executable_path; never a downloaded browser) and iproute2 for emulated networks.
+system_tools() {
+  local missing=()
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+  command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+  command -v tc >/dev/null 2>&1 || missing+=(iproute2)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing ${missing[*]} with apt-get (tests of the app in a browser and of emulated networks)"
+    { DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null; }; } \
+      || say "could not install ${missing[*]}: the tests that need them will fail and say why"
+  else
+    say "missing ${missing[*]} (needs root and apt-get to install): the tests that need them will fail and say why"
+  fi
+}
+
 cmd="${1:-}"
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -91,6 +109,7 @@ case "$cmd" in
     exec "$VENV/bin/commscope" app "$@" ;;
   test)
     setup
+    system_tools
     "$VENV/bin/ruff" check .
     exec "$VENV/bin/python" -m pytest "$@" ;;
   *)

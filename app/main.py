@@ -1,6 +1,7 @@
 """Entry point of the Streamlit app (``commscope app`` runs ``streamlit run`` on this file).
 
-Pages are registered here; add a page by adding a file under ``app/pages`` and a line below.
+Pages are registered here; add a page by adding a file under ``app/views`` and a line below (the
+folder is not called ``pages``: Streamlit would list such a folder as a navigation of its own).
 """
 
 from __future__ import annotations
@@ -14,11 +15,16 @@ if __package__ in (None, ""):  # streamlit runs this file as a script: make ``ap
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-PAGES = Path(__file__).resolve().parent / "pages"
+PAGES = Path(__file__).resolve().parent / "views"
 
 st.set_page_config(page_title="commscope", layout="wide")
 navigation = st.navigation([
     st.Page(PAGES / "collectives.py", title="Collectives", icon=":material/hub:", default=True),
+    st.Page(PAGES / "iteration.py", title="Iteration", icon=":material/timeline:"),
+    st.Page(PAGES / "convergence.py", title="Convergence", icon=":material/trending_down:"),
+    st.Page(PAGES / "time_to_accuracy.py", title="Time to accuracy", icon=":material/timer:"),
+    st.Page(PAGES / "measured.py", title="Predicted vs measured", icon=":material/compare_arrows:"),
+    st.Page(PAGES / "environments.py", title="Environments", icon=":material/tune:"),
 ])
 st.sidebar.title("commscope")
 navigation.run()

@@ -260,6 +260,34 @@ def load(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], kind:
     return out
 
 
+def parse_lines(text: str | bytes, source: str = "<text>", kind: str | None = None) -> Loaded:
+    """Records from JSON lines text (e.g. an uploaded file's contents), checked like :func:`load`: each bad
+    line is reported (``Loaded.bad``: ``source``:line and reason) and skipped. Only ``json.loads`` reads
+    the text; nothing in it is evaluated."""
+    if kind is not None and kind not in KINDS:
+        raise CommscopeError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    raw_lines = text.split(b"\n") if isinstance(text, bytes) else text.split("\n")  # as a file reads: on \n only
+    out = Loaded()
+    for number, raw in enumerate(raw_lines, start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            rec = validate(json.loads(line.decode("utf-8") if isinstance(line, bytes) else line))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            out.bad.append(BadLine(source, number, f"not JSON ({exc})"))
+            continue
+        except RecursionError:
+            out.bad.append(BadLine(source, number, "not a record (JSON nested too deeply)"))
+            continue
+        except (RecordError, ValueError) as exc:
+            out.bad.append(BadLine(source, number, str(exc)))
+            continue
+        if kind is None or rec["kind"] == kind:
+            out.records.append(rec)
+    return out
+
+
 def dataframe(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Loaded, kind: str | None = None,
               ) -> Any:
     """All records as one pandas DataFrame, nested fields flattened (``config.op``, ``result.time_s``,

@@ -127,3 +127,21 @@ def test_parameter_server_control(page: AppTest) -> None:
     before = _chart(page)
     page.number_input(key="coll_k").set_value(2).run()
     assert not page.exception and _chart(page) != before
+
+
+def test_sidebar_choice_survives_page_switches() -> None:
+    at = AppTest.from_file(MAIN, default_timeout=60).run()
+    at.sidebar.radio(key="env_mode").set_value("fitted").run()
+    fitted = at.sidebar.selectbox(key="env_fitted")
+    choice = fitted.options[-1]
+    fitted.set_value(choice).run()
+    assert not at.exception
+    for page in ("views/iteration.py", "views/environments.py", "views/collectives.py"):
+        at.switch_page(page).run()
+        assert not at.exception, at.exception
+        assert at.sidebar.radio(key="env_mode").value == "fitted", page
+        assert at.sidebar.selectbox(key="env_fitted").value == choice, page
+    at.sidebar.radio(key="env_mode").set_value("custom").run()
+    at.sidebar.slider(key="env_alpha").set_value(55.0).run()
+    at.switch_page("views/iteration.py").run()
+    assert at.sidebar.slider(key="env_alpha").value == 55.0

@@ -163,7 +163,7 @@ def test_validate_end_to_end_on_the_host(tmp_path) -> None:
 def test_fused_compressed_techniques_are_one_message_after_backward() -> None:
     # topk sends one allgather of every tensor's values + indices once backward is done: the fusion
     # schedule with one bucket, i.e. compute + one compressed message, nothing overlapped
-    t, how = v.predict("topk", {"density": 0.5}, PROF, ENV, 2)
+    t, _ = v.predict("topk", {"density": 0.5}, PROF, ENV, 2)
     one = cm.simulate(PROF, ENV, 2, "fusion", ENV.metadata["algorithms"], "topk:0.5", bucket_bytes=2**60,
                       first_bucket_bytes=2**60)
     assert t == pytest.approx(one.iteration_time)

@@ -1,0 +1,220 @@
+"""Predicted vs measured: the validation records (shipped reference run, or uploaded results files)."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+import costmodels as cm
+from app.data_measured import (
+    BASELINE,
+    EFFICIENCY_METRICS,
+    efficiency_frame,
+    environment_json,
+    environments_from_records,
+    error_table,
+    fit_quality,
+    parameter_table,
+    repredict,
+    validation_frame,
+)
+from app.figures_measured import efficiency_figure, parameter_figure, scatter_figure
+from app.sidebar import environment_picker
+from app.uploads import results_uploader
+
+SOURCES = {"reference": "bundled reference run", "upload": "uploaded results files"}
+PREDICTIONS = {"recorded": "as recorded (each link's fitted environment)", "sidebar": "the sidebar's environment"}
+
+
+@st.cache_data(show_spinner=False)
+def _reference() -> tuple[list[dict], dict[str, dict]]:
+    """The shipped validation records and each link's fitted environment (link -> dict)."""
+    from runners import reference
+
+    envs = {}
+    for link in reference.environments():
+        path = reference.VALIDATION_DIR / link / "environment.json"
+        if path.exists():
+            envs[link] = json.loads(path.read_text())
+    return reference.validation_records(), envs
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _frame(key: str, _records: list[dict]) -> pd.DataFrame:
+    return validation_frame(_records)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _repredicted(env_json: str) -> pd.DataFrame:
+    """The shipped records predicted again in another environment, on each link's measured profile."""
+    from runners import reference
+
+    records, _ = _reference()
+    profiles = {}
+    for link in {r["config"]["environment"] for r in records}:
+        path = reference.VALIDATION_DIR / link / "profile.json"
+        if path.exists():
+            profiles[link] = cm.load_profile(path)
+    return repredict(records, profiles, cm.Environment.from_json(env_json))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _environment_tables(key: str, _envs: dict[str, dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    return parameter_table(_envs), fit_quality(_envs)
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def _scatter(sig: str, log: bool, band: float, panels: bool, _view: pd.DataFrame) -> go.Figure:
+    """The scatter of ``_view`` (identified by ``sig``); figures are cached as objects, never modified."""
+    return scatter_figure(_view, log=log, band=band, panels=panels)
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def _efficiency(sig: str, metric: str, baseline: str, _view: pd.DataFrame) -> tuple[pd.DataFrame, go.Figure]:
+    eff = efficiency_frame(_view, metric, baseline)
+    return eff, efficiency_figure(eff, metric, baseline)
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _parameters(key: str, _params: pd.DataFrame) -> go.Figure:
+    return parameter_figure(_params)
+
+
+def _html(fig: go.Figure) -> partial[str]:
+    """The figure as a standalone HTML page, made when the download is clicked."""
+    return partial(fig.to_html, include_plotlyjs="cdn")
+
+
+def _percent(columns: list[str]) -> dict:
+    return {c: st.column_config.NumberColumn(c, format="percent") for c in columns}
+
+
+env = environment_picker()
+st.title("Predicted vs measured")
+
+source = st.radio("results", list(SOURCES), format_func=SOURCES.get, horizontal=True, key="meas_source")
+if source == "reference":
+    from runners.reference import COMMAND
+
+    records, envs = _reference()
+    key = "reference"
+    st.caption(f"The shipped reference run: 4 gloo ranks on CPU, one emulated link per rank (`{COMMAND}`). "
+               "Each prediction uses the environment fitted to that link's own collective sweep and the model "
+               "profiled in the same run.")
+else:
+    up = results_uploader("meas_upload")
+    if up is None:
+        st.info("Upload results files holding `validation` records (`commscope validate` writes them to "
+                "`validation.jsonl`); `environment` records, if any, add the fitted links' parameters.")
+        st.stop()
+    records, envs = up.records, environments_from_records(up.records)
+    key = f"upload:{up.digest}"
+    if not any(r["kind"] == "validation" for r in records):
+        kinds = sorted({r["kind"] for r in records})
+        st.warning(f"No `validation` records in the upload (found: {', '.join(kinds) or 'none'}). Fit "
+                   "collective records on the Environments page.")
+        st.stop()
+
+predictions = "recorded"
+if source == "reference":
+    predictions = st.radio("predictions from", list(PREDICTIONS), format_func=PREDICTIONS.get, horizontal=True,
+                           key="meas_predictions")
+if predictions == "sidebar":
+    frame = _repredicted(env.to_json())
+    st.caption(f"Predicted again in **{env.name}** ({env.summary()}) on each link's measured model profile.")
+else:
+    frame = _frame(key, records)
+
+all_envs = list(dict.fromkeys(frame["environment"]))
+all_techs = list(dict.fromkeys(frame["technique"]))
+c1, c2 = st.columns(2)
+chosen_envs = c1.multiselect("environments", all_envs, default=all_envs, key="meas_envs")
+chosen_techs = c2.multiselect("techniques", all_techs, default=all_techs, key="meas_techniques")
+view = frame[frame["environment"].isin(chosen_envs) & frame["technique"].isin(chosen_techs)]
+if view.empty:
+    st.info("Choose at least one environment and one technique.")
+    st.stop()
+
+# ------------------------------------------------------------------------------------------ scatter
+st.subheader("Iteration time: predicted against measured")
+c3, c4, c5 = st.columns(3)
+axes = c3.radio("axes", ["log", "linear"], horizontal=True, key="meas_axes")
+band = c4.slider("error band (+-%)", 0, 50, 10, step=1, key="meas_band")
+layout = c5.radio("environments as", ["symbols", "panels"], horizontal=True, key="meas_layout")
+sig = "|".join([key, predictions, env.to_json() if predictions == "sidebar" else "", *chosen_envs, "/",
+                *chosen_techs])
+fig = _scatter(sig, axes == "log", band / 100, layout == "panels", view)
+st.plotly_chart(fig, width="stretch", key="meas_scatter")
+st.caption("One marker per technique and environment; the horizontal bars span the measured 10th to 90th "
+           "percentile of the iteration time. Below the y = x line the model is optimistic.")
+d1, d2 = st.columns(2)
+d1.download_button("data (CSV)", partial(view.to_csv, index=False), file_name="predicted_vs_measured.csv",
+                   mime="text/csv", key="meas_dl_scatter_csv")
+d2.download_button("figure (HTML)", _html(fig), file_name="predicted_vs_measured.html",
+                   mime="text/html", key="meas_dl_scatter_html")
+unpredicted = view[view["predicted_s"].isna()]
+if len(unpredicted):
+    st.warning(f"{len(unpredicted)} record(s) without a prediction: " + "; ".join(
+        f"{r.technique} on {r.environment} ({r.how})" for r in unpredicted.itertuples()))
+
+# -------------------------------------------------------------------------------------- error table
+st.subheader("Errors")
+st.caption("error = predicted / measured - 1 (median and max of its absolute value; the mean keeps its sign).")
+by_tech, by_env = error_table(view, "technique"), error_table(view, "environment")
+pct = _percent(["median_abs_error", "max_abs_error", "mean_error"])
+e1, e2 = st.columns(2)
+e1.dataframe(by_tech, hide_index=True, width="stretch", column_config=pct, key="meas_err_tech")
+e2.dataframe(by_env, hide_index=True, width="stretch", column_config=pct, key="meas_err_env")
+errors_csv = pd.concat([by_tech.rename(columns={"technique": "group"}).assign(by="technique"),
+                        by_env.rename(columns={"environment": "group"}).assign(by="environment")])
+st.download_button("errors (CSV)", errors_csv.to_csv(index=False), file_name="prediction_errors.csv", mime="text/csv",
+                   key="meas_dl_errors")
+with st.expander("every record"):
+    st.dataframe(view, hide_index=True, width="stretch", column_config=_percent(["error", "abs_error"]))
+
+# -------------------------------------------------------------------------------------- efficiency
+st.subheader("Efficiency: predicted beside measured")
+f1, f2 = st.columns(2)
+metric = f1.selectbox("metric", list(EFFICIENCY_METRICS), format_func=lambda m: EFFICIENCY_METRICS[m][0],
+                      key="meas_eff_metric")
+baseline = BASELINE
+if metric == "speedup":
+    baseline = f2.selectbox("baseline", chosen_techs, index=chosen_techs.index(BASELINE) if BASELINE in chosen_techs
+                            else 0, key="meas_baseline")
+f2.caption(EFFICIENCY_METRICS[metric][1])
+eff, eff_fig = _efficiency(sig, metric, baseline, view)
+st.plotly_chart(eff_fig, width="stretch", key="meas_eff")
+g1, g2 = st.columns(2)
+g1.download_button("data (CSV)", eff.to_csv(index=False), file_name=f"efficiency_{metric}.csv", mime="text/csv",
+                   key="meas_dl_eff_csv")
+g2.download_button("figure (HTML)", _html(eff_fig), file_name=f"efficiency_{metric}.html",
+                   mime="text/html", key="meas_dl_eff_html")
+
+# ----------------------------------------------------------------------------- fitted environments
+st.subheader("Fitted environment of each link")
+if not envs:
+    st.info("No fitted environments in these results (`environment` records); fit one on the Environments page.")
+    st.stop()
+params, quality = _environment_tables(key, envs)
+st.caption("alpha, beta, gamma fitted to each link's collective sweep, with 95% confidence intervals "
+           "(Student's t on the Jacobian at the solution). nominal_beta is the emulated link's rate with its "
+           "framing overhead, where the run recorded it.")
+st.dataframe(params, hide_index=True, width="stretch", key="meas_params",
+             column_config={c: st.column_config.NumberColumn(c, format="%.4g")
+                            for c in ("value", "ci95_low", "ci95_high")})
+st.dataframe(quality, hide_index=True, width="stretch", key="meas_quality",
+             column_config={**_percent(["rms_rel_error", "median_rel_error", "max_rel_error"]),
+                            **{c: st.column_config.NumberColumn(c, format="%.4g")
+                               for c in ("r2", "fitted_beta", "nominal_beta")}})
+param_fig = _parameters(key, params)
+st.plotly_chart(param_fig, width="stretch", key="meas_param_chart")
+h1, h2, h3 = st.columns(3)
+h1.download_button("parameters (CSV)", params.to_csv(index=False), file_name="fitted_parameters.csv",
+                   mime="text/csv", key="meas_dl_params")
+link = h2.selectbox("environment JSON of", list(envs), key="meas_env_link", label_visibility="collapsed")
+h3.download_button(f"{link} environment (JSON)", environment_json(envs[link]), file_name=f"environment_{link}.json",
+                   mime="application/json", key="meas_dl_env_json")

@@ -1,0 +1,150 @@
+"""Time to accuracy: seconds to eps per technique, and which technique wins over bandwidth x p."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+import costmodels as cm
+from app.data_convergence import (
+    TECHNIQUES,
+    format_bandwidth,
+    technique_parameter,
+    technique_spec,
+    tta_sentence,
+    tta_table,
+    winner_table,
+)
+from app.figures_convergence import tta_bar_figure, winner_map_figure
+from app.sidebar import environment_picker
+from convergence.topology import TOPOLOGIES
+from convergence.tta import DEFAULT_CONSTANTS
+
+DEFAULT = ["sgd", "local_sgd", "async_sgd", "ssp", "dpsgd", "qsgd", "topk", "powersgd"]
+P_OPTIONS = [2**k for k in range(1, 12)]
+BW_OPTIONS = [round(6 + k / 4, 2) for k in range(4 * 7 + 1)]  # log10 bytes/s: 1 MB/s .. 10 TB/s
+PROBLEM = {  # the problem constants time to accuracy takes (n, tau, H, s, gap, delta, omega: the techniques')
+    "L": ("L (smoothness)", 1e-6, 1e6, 0.1),
+    "sigma": ("sigma (gradient noise)", 1e-9, 1e6, 0.1),
+    "Delta": ("Delta = f(x0) - f*", 1e-9, 1e9, 0.1),
+    "zeta": ("zeta (heterogeneity)", 0.0, 1e6, 0.1),
+}
+Items = tuple[tuple[str, float], ...]
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _table(model: str, env_json: str, p: int, eps: float, specs: tuple[str, ...], constants: Items) -> pd.DataFrame:
+    return tta_table(model, cm.Environment.from_json(env_json), p, eps, specs, dict(constants))
+
+
+@st.cache_data(show_spinner="Computing the winner map...", max_entries=64)
+def _map(model: str, env_json: str, bw: tuple[float, float], pr: tuple[int, int], eps: float,
+         specs: tuple[str, ...], constants: Items) -> pd.DataFrame:
+    bandwidths = np.geomspace(10.0 ** bw[0], 10.0 ** bw[1], round(8 * (bw[1] - bw[0])) + 1)
+    ps = [q for q in P_OPTIONS if pr[0] <= q <= pr[1]]
+    return winner_table(model, cm.Environment.from_json(env_json), bandwidths, ps, eps, specs, dict(constants))
+
+
+def _parameter_widget(name: str, parameter: str, default: Any) -> Any:
+    label, key = f"{name}: {parameter}", f"tta_param_{name}"
+    if parameter == "topology":
+        names = TOPOLOGIES.names()
+        return st.selectbox(label, names, index=names.index(default), key=key)
+    if parameter == "density":
+        return st.number_input(label, 1e-6, 1.0, float(default), step=0.001, format="%.4g", key=key)
+    bounds = {"H": (1, 4096), "s": (0, 64), "bits": (2, 16), "rank": (1, 1024)}.get(parameter, (1, 4096))
+    return st.number_input(label, bounds[0], bounds[1], int(default), step=1, key=key)
+
+
+env = environment_picker()
+st.title("Time to accuracy")
+st.caption(f"Environment **{env.name}**: {env.summary()}. Seconds to eps = the iterations a technique's convergence "
+           "bound needs x the cost model's time of one of its iterations. Bounds are worst-case guarantees: the "
+           "winner is the technique whose guarantee is met first.")
+
+c1, c2, c3 = st.columns(3)
+profiles = cm.profiles()
+model = c1.selectbox("model", profiles, index=profiles.index("resnet50"), key="tta_model")
+eps = float(c2.number_input("eps (average squared gradient norm)", min_value=1e-12, max_value=1e6, value=1e-3,
+                            format="%.3e", key="tta_eps"))
+p = int(c3.number_input("p (workers) of the table", min_value=1, max_value=4096, value=32, step=1, key="tta_p"))
+techniques = st.multiselect("techniques", list(TECHNIQUES), default=DEFAULT, key="tta_techniques")
+c4, c5 = st.columns(2)
+plo, phi = c4.select_slider("p range of the map", options=P_OPTIONS, value=(2, 256), key="tta_p_range")
+blo, bhi = c5.select_slider("bandwidth range of the map", options=BW_OPTIONS, value=(8.0, 11.0),
+                            format_func=lambda e: format_bandwidth(10.0**e), key="tta_bw_range")
+
+specs: list[str] = []
+constants: dict[str, float] = {}
+with st.expander("technique parameters and problem constants"):
+    cols = st.columns(4)
+    i = 0
+    for name in techniques:
+        parameter, default = technique_parameter(name)
+        if parameter is None:
+            specs.append(technique_spec(name))
+            continue
+        with cols[i % 4]:
+            specs.append(technique_spec(name, _parameter_widget(name, parameter, default)))
+        i += 1
+    st.caption("Problem constants (n, tau, H, s, gap, delta and omega follow from p and each technique).")
+    cols = st.columns(4)
+    for j, (k, (label, low, high, step)) in enumerate(PROBLEM.items()):
+        v = float(cols[j].number_input(label, low, high, DEFAULT_CONSTANTS[k], step=step, format="%.4g",
+                                       key=f"tta_{k}"))
+        if v != DEFAULT_CONSTANTS[k]:
+            constants[k] = v
+
+if not techniques:
+    st.info("Choose at least one technique.")
+    st.stop()
+
+items = tuple(sorted(constants.items()))
+env_json = env.to_json()
+st.subheader(f"Time to eps = {eps:g} with p = {p}")
+try:
+    table = _table(model, env_json, p, eps, tuple(specs), items)
+except cm.CommscopeError as e:
+    st.warning(f"Cannot compute the time to accuracy: {e}")
+    st.stop()
+st.markdown(tta_sentence(table, model, env.name, p, eps))
+never = table.loc[~np.isfinite(table["seconds"].astype(float)), "technique"].tolist()
+if never:
+    st.info(f"Never reach eps = {eps:g} (their bound stays above it): {', '.join(never)}.")
+bar = tta_bar_figure(table, title=f"{model} on {env.name}, p = {p}")
+st.plotly_chart(bar, width="stretch", key="tta_bar")
+st.dataframe(table, hide_index=True, width="stretch", column_config={
+    "iterations": st.column_config.NumberColumn(format="%.4g"),
+    "seconds_per_iteration": st.column_config.NumberColumn("s / iteration", format="%.4g"),
+    "seconds": st.column_config.NumberColumn(format="%.4g"),
+    "ratio_to_best": st.column_config.NumberColumn("x best", format="%.3g"),
+})
+d1, d2 = st.columns(2)
+d1.download_button("table (CSV)", table.to_csv(index=False), file_name=f"tta_{model}_p{p}.csv", mime="text/csv",
+                   key="tta_dl_table_csv")
+d2.download_button("bar chart (HTML)", bar.to_html(include_plotlyjs="cdn"), file_name=f"tta_{model}_p{p}.html",
+                   mime="text/html", key="tta_dl_table_html")
+
+st.subheader("Which technique wins")
+st.caption(f"Over the inter-node bandwidth and p, at the environment's latency alpha = {env.alpha * 1e6:.3g} us "
+           "(intra-node links, compute and the problem constants unchanged). The cross marks this environment.")
+if bhi <= blo or phi <= plo:
+    st.warning("The map needs a range of bandwidths and of p: move the right handles past the left ones.")
+    st.stop()
+try:
+    grid = _map(model, env_json, (float(blo), float(bhi)), (int(plo), int(phi)), eps, tuple(specs), items)
+except cm.CommscopeError as e:
+    st.warning(f"Cannot compute the winner map: {e}")
+    st.stop()
+heat = winner_map_figure(grid, here=(env.bandwidth, p), title=f"fastest to eps = {eps:g}: {model}")
+st.plotly_chart(heat, width="stretch", key="tta_map")
+cells = grid.drop_duplicates(["bandwidth_Bps", "p"])["winner"].value_counts()
+st.caption("Cells won: " + ", ".join(f"{k} {v}" for k, v in cells.items()) + ".")
+d3, d4 = st.columns(2)
+d3.download_button("map data (CSV)", grid.to_csv(index=False), file_name=f"tta_map_{model}.csv", mime="text/csv",
+                   key="tta_dl_map_csv")
+d4.download_button("map (HTML)", heat.to_html(include_plotlyjs="cdn"), file_name=f"tta_map_{model}.html",
+                   mime="text/html", key="tta_dl_map_html")

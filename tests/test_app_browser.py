@@ -1,0 +1,150 @@
+"""The served app in a real browser: Debian's chromium driven by Playwright (``executable_path``; no
+downloaded browser). Every page of the navigation is opened, its plots must render, a control is
+changed and the plot must change, and no error element may appear. Screenshots of every page, before
+and after the change, go to ``$COMMSCOPE_SCREENSHOTS`` (default ``build/screenshots``) for a person to
+look at. ``./dev.sh test`` installs chromium with apt when it is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit", reason="the [app] extra is part of the README's test set-up")
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the [dev] extra")
+
+ROOT = Path(__file__).resolve().parent.parent
+SHOTS = Path(os.environ.get("COMMSCOPE_SCREENSHOTS", ROOT / "build" / "screenshots"))
+TIMEOUT_MS = 90_000
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert exe, ("Debian's chromium is not installed: ./dev.sh test installs it with apt-get (needs root); "
+                 "or apt-get install chromium")
+    return exe
+
+
+@pytest.fixture(scope="module")
+def server() -> str:
+    exe = shutil.which("commscope", path=str(Path(sys.executable).parent)) or shutil.which("commscope")
+    assert exe, "the commscope console script is installed with the package"
+    port = _free_port()
+    proc = subprocess.Popen([exe, "app", "--server.port", str(port), "--server.address", "127.0.0.1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            env={**os.environ, "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:  # localhost only
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                out = proc.stdout.read() if proc.stdout else ""
+                pytest.fail(f"commscope app did not come up on {url}: {out[-2000:]}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+PLOTS_JS = """JSON.stringify(Array.from(document.querySelectorAll('.js-plotly-plot')).map(
+    el => (el._fullData || el.data || []).map(t => [t.name || '', Array.from(t.x || []).slice(0, 50),
+                                    Array.from(t.y || []).slice(0, 50), Array.from(t.z || []).length])))"""
+
+
+def _plots_data(page) -> str:
+    """The data of every rendered plotly chart (names, x, y of its traces), as JSON text."""
+    return page.evaluate(f"() => {PLOTS_JS}")
+
+
+def _wait_rendered(page) -> None:
+    page.wait_for_selector(".js-plotly-plot .main-svg", timeout=TIMEOUT_MS)
+    # Streamlit shows a running indicator while a script runs; wait until it is gone
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=TIMEOUT_MS)
+    page.wait_for_timeout(500)
+
+
+def _no_errors(page, where: str) -> None:
+    errors = page.locator('[data-testid="stException"], [data-testid="stAlertContentError"]')
+    assert errors.count() == 0, f"{where}: error element(s): {errors.all_inner_texts()}"
+
+
+def _set_number(label: str, value: str) -> Callable:
+    def act(page) -> None:
+        box = page.get_by_label(label, exact=True)
+        box.fill(value)
+        box.press("Enter")
+    return act
+
+
+def _pick(label: str, option: str) -> Callable:
+    def act(page) -> None:
+        page.get_by_label(label, exact=False).first.click()
+        page.get_by_role("option", name=option, exact=True).click()
+    return act
+
+
+def _radio(option: str) -> Callable:
+    def act(page) -> None:
+        page.get_by_text(option, exact=True).first.click()
+    return act
+
+
+# (url path, title of the page, the control changed)
+PAGES = [
+    ("", "Collective algorithms", _set_number("p (ranks)", "8")),
+]
+
+
+@pytest.mark.browser
+@pytest.mark.multiprocess
+@pytest.mark.parametrize(("path", "title", "change"), PAGES, ids=[p[0] or "collectives" for p in PAGES])
+def test_page_in_the_browser(server: str, path: str, title: str, change: Callable) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    name = path or "collectives"
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=_chromium(), headless=True,
+                                     args=["--no-sandbox", "--disable-dev-shm-usage"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(f"{server}/{path}")
+            page.get_by_role("heading", name=title).first.wait_for()
+            _wait_rendered(page)
+            _no_errors(page, name)
+            before = _plots_data(page)
+            assert before not in ("[]", "[[]]"), f"{name}: no plotted data"
+            page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+            change(page)
+            page.wait_for_function(f"(old) => {PLOTS_JS} !== old", arg=before, timeout=TIMEOUT_MS)
+            _wait_rendered(page)
+            _no_errors(page, f"{name} after the change")
+            assert _plots_data(page) != before, f"{name}: changing the control did not change the plot"
+            page.screenshot(path=str(SHOTS / f"{name}-changed.png"), full_page=True)
+        finally:
+            browser.close()
