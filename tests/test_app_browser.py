@@ -118,6 +118,11 @@ def _radio(option: str) -> Callable:
 # (url path, title of the page, the control changed)
 PAGES = [
     ("", "Collective algorithms", _set_number("p (ranks)", "8")),
+    ("iteration", "Training iteration", _set_number("p (workers)", "16")),
+    ("convergence", "Convergence bounds", _set_number("eps (target of the metric)", "0.001")),
+    ("time_to_accuracy", "Time to accuracy", _set_number("p (workers) of the table", "64")),
+    ("measured", "Predicted vs measured", _radio("the sidebar's environment")),
+    ("environments", "Fit an environment", _radio("median time of each record")),
 ]
 
 
