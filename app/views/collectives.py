@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import streamlit as st
 
@@ -68,8 +70,9 @@ fig = collective_figure(curves, metric, title=f"{primitive} on p = {p}, {env.nam
 st.plotly_chart(fig, width="stretch", key="coll_chart")
 
 d1, d2 = st.columns(2)
-d1.download_button("data (CSV)", curves.to_csv(index=False), file_name=f"{primitive}_p{p}.csv", mime="text/csv")
-d2.download_button("figure (HTML)", fig.to_html(include_plotlyjs="cdn"), file_name=f"{primitive}_p{p}.html",
+d1.download_button("data (CSV)", partial(curves.to_csv, index=False),
+                   file_name=f"{primitive}_p{p}.csv", mime="text/csv")
+d2.download_button("figure (HTML)", partial(fig.to_html, include_plotlyjs="cdn"), file_name=f"{primitive}_p{p}.html",
                    mime="text/html")
 
 st.subheader("Crossover sizes")

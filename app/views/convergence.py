@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -126,11 +128,12 @@ if "arjevani" in names:
 data = pd.concat([curves.assign(source="bound"),
                   points.rename(columns={"metric": "value"}).assign(source="simulated") if len(points) else None])
 d1, d2, d3 = st.columns(3)
-d1.download_button("figure data (CSV)", data.to_csv(index=False), file_name="convergence_bounds.csv",
+d1.download_button("figure data (CSV)", partial(data.to_csv, index=False), file_name="convergence_bounds.csv",
                    mime="text/csv", key="conv_dl_csv")
-d2.download_button("figure (HTML)", fig.to_html(include_plotlyjs="cdn"), file_name="convergence_bounds.html",
+d2.download_button("figure (HTML)", partial(fig.to_html, include_plotlyjs="cdn"), file_name="convergence_bounds.html",
                    mime="text/html", key="conv_dl_html")
-d3.download_button("iterations to eps (CSV)", table.to_csv(index=False), file_name="convergence_iterations.csv",
+d3.download_button("iterations to eps (CSV)", partial(table.to_csv, index=False),
+                   file_name="convergence_iterations.csv",
                    mime="text/csv", key="conv_dl_iterations")
 
 st.subheader(f"Iterations to eps = {eps:g}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -123,9 +124,10 @@ st.dataframe(table, hide_index=True, width="stretch", column_config={
     "ratio_to_best": st.column_config.NumberColumn("x best", format="%.3g"),
 })
 d1, d2 = st.columns(2)
-d1.download_button("table (CSV)", table.to_csv(index=False), file_name=f"tta_{model}_p{p}.csv", mime="text/csv",
+d1.download_button("table (CSV)", partial(table.to_csv, index=False),
+                   file_name=f"tta_{model}_p{p}.csv", mime="text/csv",
                    key="tta_dl_table_csv")
-d2.download_button("bar chart (HTML)", bar.to_html(include_plotlyjs="cdn"), file_name=f"tta_{model}_p{p}.html",
+d2.download_button("bar chart (HTML)", partial(bar.to_html, include_plotlyjs="cdn"), file_name=f"tta_{model}_p{p}.html",
                    mime="text/html", key="tta_dl_table_html")
 
 st.subheader("Which technique wins")
@@ -144,7 +146,8 @@ st.plotly_chart(heat, width="stretch", key="tta_map")
 cells = grid.drop_duplicates(["bandwidth_Bps", "p"])["winner"].value_counts()
 st.caption("Cells won: " + ", ".join(f"{k} {v}" for k, v in cells.items()) + ".")
 d3, d4 = st.columns(2)
-d3.download_button("map data (CSV)", grid.to_csv(index=False), file_name=f"tta_map_{model}.csv", mime="text/csv",
+d3.download_button("map data (CSV)", partial(grid.to_csv, index=False),
+                   file_name=f"tta_map_{model}.csv", mime="text/csv",
                    key="tta_dl_map_csv")
-d4.download_button("map (HTML)", heat.to_html(include_plotlyjs="cdn"), file_name=f"tta_map_{model}.html",
+d4.download_button("map (HTML)", partial(heat.to_html, include_plotlyjs="cdn"), file_name=f"tta_map_{model}.html",
                    mime="text/html", key="tta_dl_map_html")
