@@ -68,3 +68,26 @@ def crossover_table(algorithms: Sequence[str], p: int, env: cm.Environment, n_ma
                 "bytes": s, "faster below": x.cheaper_below or "equal", "method": x.method,
             })
     return pd.DataFrame(rows, columns=["algorithm A", "algorithm B", "crossover", "bytes", "faster below", "method"])
+
+
+def measured_points(records: Sequence[dict[str, Any]], primitive: str) -> pd.DataFrame:
+    """Measured sweep points of ``primitive`` from ``collective`` result records: one row per record.
+
+    Columns: bytes, p, time_s (the record's median), busbw_GBps, algbw_GBps, time_p10_s, time_p90_s,
+    network (the emulated link's rate, or "host"), label (what the legend shows).
+    """
+    rows = []
+    for r in records:
+        if r.get("kind") != "collective" or r["config"].get("op") != primitive:
+            continue
+        res, run = r["result"], r["run"]
+        net = run.get("network") or {}
+        link = net.get("rate") or "host"
+        p = int(run["world_size"])
+        rows.append({"bytes": float(r["config"]["bytes"]), "p": p, "time_s": float(res["time_s"]),
+                     "busbw_GBps": float(res.get("busbw_GBps", 0.0)), "algbw_GBps": float(res.get("algbw_GBps", 0.0)),
+                     "time_p10_s": float(res.get("time_p10_s", res["time_s"])),
+                     "time_p90_s": float(res.get("time_p90_s", res["time_s"])),
+                     "network": str(link), "label": f"measured p={p} ({link}, {run.get('backend', '?')})"})
+    cols = ["bytes", "p", "time_s", "busbw_GBps", "algbw_GBps", "time_p10_s", "time_p90_s", "network", "label"]
+    return pd.DataFrame(rows, columns=cols).sort_values(["label", "bytes"]).reset_index(drop=True)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
+import pandas as pd
 import streamlit as st
 
 import costmodels as cm
-from app.data import collective_curves, crossover_table
+from app.data import collective_curves, crossover_table, measured_points
 from app.figures import collective_figure
 from app.sidebar import environment_picker
 
@@ -31,6 +32,13 @@ def _curves(algorithms: tuple[str, ...], p: int, env_json: str, lo: int, hi: int
 @st.cache_data(show_spinner=False, max_entries=256)
 def _crossovers(algorithms: tuple[str, ...], p: int, env_json: str, hi: int):
     return crossover_table(algorithms, p, cm.Environment.from_json(env_json), 2.0**hi)
+
+
+@st.cache_data(show_spinner=False)
+def _reference_records(link: str) -> list:
+    from runners import reference
+
+    return reference.records(link)
 
 
 env = environment_picker()
@@ -62,15 +70,43 @@ if hi <= lo:
     st.warning("The size range is empty: move the right handle past the left one.")
     st.stop()
 
+with st.expander("measured sweep points", expanded=False):
+    source = st.radio("overlay", ["none", "reference", "upload"], horizontal=True, key="coll_measured",
+                      format_func={"none": "none", "reference": "the bundled reference run",
+                                   "upload": "uploaded results files"}.get)
+    records: list = []
+    if source == "reference":
+        from runners import reference
+
+        links = reference.environments()
+        link = st.selectbox("link of the reference run", links, key="coll_measured_link")
+        records = _reference_records(link)
+    elif source == "upload":
+        from app.uploads import results_uploader
+
+        up = results_uploader("coll_upload")
+        records = up.records if up is not None else []
+measured = measured_points(records, primitive) if records else None
+if measured is not None:
+    if measured.empty:
+        st.info(f"The loaded results hold no {primitive} records.")
+    else:
+        ps = sorted(set(measured["p"]))
+        note = "" if ps == [p] else f" (the model is drawn at p = {p}; set p to compare like with like)"
+        st.caption(f"Measured points: {len(measured)} {primitive} record(s) at p = {', '.join(map(str, ps))}"
+                   f"{note}.")
+
 curves = _curves(tuple(algorithms), p, env.to_json(), lo, hi, bound, k)
 missing = [a for a in algorithms if a not in set(curves["algorithm"])]
 if missing:
     st.warning(f"Not defined at p = {p}: {', '.join(missing)} (see the domains below).")
-fig = collective_figure(curves, metric, title=f"{primitive} on p = {p}, {env.name}")
+fig = collective_figure(curves, metric, title=f"{primitive} on p = {p}, {env.name}", measured=measured)
 st.plotly_chart(fig, width="stretch", key="coll_chart")
 
 d1, d2 = st.columns(2)
-d1.download_button("data (CSV)", partial(curves.to_csv, index=False),
+table = curves if measured is None or measured.empty else pd.concat(
+    [curves, measured.assign(algorithm=measured["label"], primitive=primitive, kind="measured")], ignore_index=True)
+d1.download_button("data (CSV)", partial(table.to_csv, index=False),
                    file_name=f"{primitive}_p{p}.csv", mime="text/csv")
 d2.download_button("figure (HTML)", partial(fig.to_html, include_plotlyjs="cdn"), file_name=f"{primitive}_p{p}.html",
                    mime="text/html")
