@@ -157,8 +157,8 @@ def make_options(op: str | Sequence[str] | None = None, min_size: str | int = "1
         raise BenchError(f"--iters must be >= 1, got {iters}")
     if not (math.isfinite(timeout) and timeout > 0):
         raise BenchError(f"--timeout must be a number of seconds > 0, got {timeout!r}")
-    if backend not in ("auto", "gloo", "nccl"):
-        raise BenchError(f"unknown --backend {backend!r}; choose from: auto, gloo, nccl")
+    if backend not in BACKENDS:
+        raise BenchError(f"unknown --backend {backend!r}; choose from: {', '.join(BACKENDS)}")
     if root < 0:
         raise BenchError(f"--root must be a rank >= 0, got {root}")
     if resume and out is None:
@@ -194,7 +194,8 @@ def parse_args(argv: Sequence[str]) -> Options:
     ap.add_argument("--out", help="append one JSON line per size to this results file")
     ap.add_argument("--resume", action="store_true", help="skip what --out already holds for this configuration")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds one collective may take")
-    ap.add_argument("--backend", default="auto", help="auto (nccl with CUDA, else gloo), gloo or nccl")
+    ap.add_argument("--backend", default="auto",
+                    help="auto (nccl with CUDA, else gloo), gloo, nccl or gloo-cuda (gloo with CUDA tensors)")
     ap.add_argument("--root", "-r", type=int, default=0, help="root rank of broadcast and reduce")
     ap.add_argument("--use-equivalent", action="append", help="ops to run as their documented equivalent")
     a = ap.parse_args(list(argv))
@@ -296,6 +297,19 @@ class Context:
                                 device_type=self.device.type, timing=self.timing)
 
 
+BACKENDS = ("auto", "gloo", "nccl", "gloo-cuda")
+
+
+def gloo_cuda_device(torch: Any, local_rank: int, error: type[CommscopeError]) -> Any:
+    """The CUDA device of a gloo rank with CUDA tensors (``--backend gloo-cuda``): several ranks may
+    share one GPU, round robin (local rank modulo the GPUs), e.g. 4 ranks behind emulated links on one GPU."""
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        raise error("--backend gloo-cuda needs a CUDA device, and this machine has none; use --backend gloo")
+    device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
+
+
 def setup(backend: str = "auto", timeout: float = 60.0) -> Context:
     """Join the process group torchrun describes (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...)."""
     from datetime import timedelta
@@ -320,6 +334,10 @@ def setup(backend: str = "auto", timeout: float = 60.0) -> Context:
         # the backend's own timeout is a backstop; the watchdog below says which collective hung
         dist.init_process_group("nccl", timeout=timedelta(seconds=timeout + 30), device_id=device)
         name = torch.cuda.get_device_name(device)
+    elif backend == "gloo-cuda":
+        device = gloo_cuda_device(torch, local_rank, BenchError)
+        dist.init_process_group("gloo", timeout=timedelta(seconds=timeout + 30))
+        name, backend = torch.cuda.get_device_name(device), "gloo"
     else:
         device = torch.device("cpu")
         dist.init_process_group("gloo", timeout=timedelta(seconds=timeout + 30))

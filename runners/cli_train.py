@@ -2,7 +2,8 @@
 
     commscope train --nproc N --algorithm dear --model resnet_small --iterations 100 [--batch-size 32]
                     [--lr 0.05] [--option key=value ...] [--warmup 5] [--convergence [--dataset NAME]
-                    [--eval-every K]] [--threads 1] [--seed 0] [--backend auto] [--out results.jsonl] [--dry-run]
+                    [--eval-every K]] [--threads 1] [--seed 0] [--backend auto|gloo|nccl|gloo-cuda]
+                    [--out results.jsonl] [--dry-run]
 
 Where it runs is decided as for ``commscope bench collectives``: one node (``--standalone``), or the
 nodes ``commscope emulate`` describes in COMMSCOPE_NNODES etc. Options are checked before anything
@@ -39,8 +40,9 @@ def train(
     eval_every: Annotated[int, typer.Option("--eval-every", help="steps between convergence records")] = 10,
     threads: Annotated[int, typer.Option("--threads", help="intra-op threads per rank")] = 1,
     seed: Annotated[int, typer.Option("--seed", help="seed of the model, the batches and the data set")] = 0,
-    backend: Annotated[str, typer.Option("--backend", help="auto (nccl with CUDA, else gloo), gloo or nccl")
-                       ] = "auto",
+    backend: Annotated[str, typer.Option(
+        "--backend", help="auto (nccl with CUDA, else gloo), gloo, nccl, or gloo-cuda (gloo with CUDA tensors; "
+        "ranks may share a GPU)")] = "auto",
     timeout: Annotated[float, typer.Option("--timeout", help="seconds a collective may wait for peers")] = 600.0,
     out: Annotated[Path | None, typer.Option("--out", help="append the records to this JSON lines file")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the torchrun command and stop")] = False,

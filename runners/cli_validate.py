@@ -1,7 +1,7 @@
 """``commscope validate``: the scripted predicted-vs-measured suite (see :mod:`runners.validate`).
 
     commscope validate --suite quick|full --ranks N --out DIR [--emulate 100mbit,1gbit,2500mbit]
-                       [--ranks-per-node K] [--threads 1] [--timeout 300]
+                       [--ranks-per-node K] [--threads 1] [--timeout 300] [--backend auto|gloo|nccl|gloo-cuda]
 
 Exits 0 when every environment's job and every technique ran; otherwise 1, naming each failure.
 """
@@ -28,6 +28,9 @@ def validate_command(
         "--ranks-per-node", help="ranks per emulated node (default 1: every rank behind its own link)")] = None,
     threads: Annotated[int, typer.Option("--threads", help="intra-op threads per rank")] = 1,
     timeout: Annotated[float, typer.Option("--timeout", help="seconds a collective may wait for peers")] = 300.0,
+    backend: Annotated[str, typer.Option(
+        "--backend", help="auto (nccl with CUDA, else gloo), gloo, nccl, or gloo-cuda (several ranks on one GPU, "
+        "e.g. behind emulated links)")] = "auto",
 ) -> None:
     """Sweep, fit, profile and train every technique of a suite; write predicted vs measured per environment."""
     from rich.console import Console
@@ -46,7 +49,8 @@ def validate_command(
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
-        records, failures = v.validate(suite, ranks, out, rates, threads, timeout, ranks_per_node, command, progress)
+        records, failures = v.validate(suite, ranks, out, rates, threads, timeout, ranks_per_node, command, progress,
+                                       backend=backend)
     rows = v.table_rows(records)
     print(v.markdown(rows, command), end="")
     print(f"wrote {len(records)} validation record(s), validation.csv and validation.md to {out}")

@@ -45,7 +45,7 @@ from runners.bench import rank_main
 
 SOURCE = "torchrun"
 PARTS = ("total", "forward", "backward", "exposed_comm", "compression", "update")
-BACKENDS = ("auto", "gloo", "nccl")
+BACKENDS = ("auto", "gloo", "nccl", "gloo-cuda")
 
 
 class TrainError(CommscopeError):
@@ -228,6 +228,12 @@ def setup(opts: Options) -> Context:
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", timeout=timedelta(seconds=opts.timeout), device_id=device)
         name = torch.cuda.get_device_name(device)
+    elif backend == "gloo-cuda":  # several ranks may share a GPU (e.g. behind emulated links)
+        from runners.bench import gloo_cuda_device
+
+        device = gloo_cuda_device(torch, local_rank, TrainError)
+        dist.init_process_group("gloo", timeout=timedelta(seconds=opts.timeout))
+        name, backend = torch.cuda.get_device_name(device), "gloo"
     else:
         device = torch.device("cpu")
         dist.init_process_group("gloo", timeout=timedelta(seconds=opts.timeout))

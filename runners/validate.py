@@ -218,7 +218,7 @@ def env_label(rate: str | None) -> str:
 
 
 def make_plan(suite: Suite, envdir: Path, ranks: int, ranks_per_node: int, threads: int, timeout: float,
-              seed: int = 0) -> dict[str, Any]:
+              seed: int = 0, backend: str = "auto") -> dict[str, Any]:
     """The JSON plan one environment's torchrun job follows (paths inside ``envdir``)."""
     envdir = envdir.resolve()
     techniques = []
@@ -242,7 +242,7 @@ def make_plan(suite: Suite, envdir: Path, ranks: int, ranks_per_node: int, threa
             "fit_algorithm": "ring_allreduce,ring_allgather",
             # iterations send many messages back to back: their cost is the mean message time, not the median
             "fit_statistic": "mean",
-            "ranks": ranks, "ranks_per_node": ranks_per_node}
+            "ranks": ranks, "ranks_per_node": ranks_per_node, "backend": backend}
 
 
 def job_command(plan_path: Path, rate: str | None, ranks: int, ranks_per_node: int) -> list[str]:
@@ -281,7 +281,8 @@ def run_job(cmd: Sequence[str], log: Path, on_stage: Callable[[int, int, str], N
 
 def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulate: Sequence[str] = (),
              threads: int = 1, timeout: float = 300.0, ranks_per_node: int | None = None,
-             command: str = "", progress: Any = None) -> tuple[list[dict[str, Any]], list[str]]:
+             command: str = "", progress: Any = None, backend: str = "auto"
+             ) -> tuple[list[dict[str, Any]], list[str]]:
     """Run the suite on every environment; returns (validation records, failures). See the module docstring."""
     import costmodels as cm
     from runners.emulate import parse_rate
@@ -305,6 +306,10 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
             raise ValidationError(f"--ranks {ranks} is not a multiple of --ranks-per-node {rpn}")
     else:
         rpn = ranks
+    from runners.bench import BACKENDS
+
+    if backend not in BACKENDS:
+        raise ValidationError(f"unknown --backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
     outdir = Path(out)
     if (outdir / "validation.jsonl").exists():
         raise ValidationError(f"{outdir} already holds a validation (validation.jsonl); choose another --out")
@@ -323,7 +328,7 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
         if envdir.exists() and any(envdir.iterdir()):
             raise ValidationError(f"{envdir} is not empty; choose another --out")
         envdir.mkdir(parents=True, exist_ok=True)
-        plan = make_plan(s, envdir, ranks, rpn, threads, timeout)
+        plan = make_plan(s, envdir, ranks, rpn, threads, timeout, backend=backend)
         plan_path = envdir / "plan.json"
         plan_path.write_text(json.dumps(plan, indent=2))
         cmd = job_command(plan_path, rate, ranks, rpn)

@@ -108,14 +108,19 @@ def synchronised_compute(ctx: Any, model_name: str, batch_size: int, iterations:
     gen = torch.Generator().manual_seed(seed * 1_000_003 + 2000 + ctx.rank)
     x, y = entry.example_batch(batch_size, gen, **model_options)
     x, y = x.to(ctx.device), y.to(ctx.device)
+    def now() -> float:  # a device-synchronised clock (CUDA kernels run asynchronously)
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize(ctx.device)
+        return time.perf_counter()
+
     times = []
     for k in range(warmup + iterations):
         ctx.dist.barrier()
-        t0 = time.perf_counter()
+        t0 = now()
         loss = entry.loss_fn(model(x), y)
-        t1 = time.perf_counter()
+        t1 = now()
         loss.backward()
-        t2 = time.perf_counter()
+        t2 = now()
         model.zero_grad(set_to_none=True)
         if k >= warmup:
             times.append([t1 - t0, t2 - t1])
@@ -281,8 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         bench.teardown(ctx)
         return code
 
-    return bench.rank_main(args, parse, lambda plan: bench.setup("gloo" if plan.get("backend") == "gloo" else "auto",
-                                                                  plan["timeout"]), work, "validation")
+    return bench.rank_main(args, parse, lambda plan: bench.setup(plan.get("backend", "auto"), plan["timeout"]), work,
+                           "validation")
 
 
 if __name__ == "__main__":

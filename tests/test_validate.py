@@ -168,3 +168,24 @@ def test_fused_compressed_techniques_are_one_message_after_backward() -> None:
                       first_bucket_bytes=2**60)
     assert t == pytest.approx(one.iteration_time)
     assert len(one.timeline.on("comm")) == 1 and one.timeline.on("comm")[0].start >= PROF.compute_s - 1e-12
+
+
+def test_gloo_with_cuda_tensors_needs_a_gpu(monkeypatch) -> None:
+    """--backend gloo-cuda (several ranks on one GPU) is accepted everywhere and refused clearly without CUDA."""
+    from runners import bench
+    from runners import train as rt
+
+    torch = pytest.importorskip("torch")
+    assert "gloo-cuda" in bench.BACKENDS and "gloo-cuda" in rt.BACKENDS
+    bench.make_options(op="allreduce", backend="gloo-cuda")
+    with pytest.raises(cm.CommscopeError, match="unknown --backend 'cuda'"):
+        v.validate("quick", 2, "/nonexistent/never-written", backend="cuda")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the refusal is for machines without it")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(bench.BenchError, match="gloo-cuda needs a CUDA device, and this machine has none"):
+        bench.setup("gloo-cuda")
+    opts = rt.make_options("bsp", "mlp", 2, backend="gloo-cuda")
+    with pytest.raises(rt.TrainError, match="gloo-cuda needs a CUDA device"):
+        rt.setup(opts)
