@@ -259,16 +259,20 @@ _FAILED = re.compile(r"@@ failed (\S+): (.*)")
 
 def run_job(cmd: Sequence[str], log: Path, on_stage: Callable[[int, int, str], None], threads: int
             ) -> tuple[int, list[str], list[str]]:
-    """Run one environment's job, its output into ``log``; returns (exit code, failed techniques, last lines)."""
+    """Run one environment's job, its output into ``log``; returns (exit code, failed techniques, its
+    ``commscope: error:`` lines, or its last lines where it printed none)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
     failed: list[str] = []
     tail: list[str] = []
+    errors: list[str] = []
     with open(log, "w") as fh, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                                  env=env, bufsize=1) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             fh.write(line)
             tail = [*tail, line.rstrip()][-15:]
+            if "commscope: error:" in line:
+                errors.append(line.strip())
             m = _STAGE.search(line)
             if m:
                 on_stage(int(m.group(1)), int(m.group(2)), m.group(3))
@@ -276,7 +280,7 @@ def run_job(cmd: Sequence[str], log: Path, on_stage: Callable[[int, int, str], N
             if f:
                 failed.append(f"{f.group(1)} ({f.group(2)})")
         code = proc.wait()
-    return code, failed, tail
+    return code, failed, errors or tail
 
 
 def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulate: Sequence[str] = (),
@@ -344,7 +348,7 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
         for f in failed:
             failures.append(f"{label}: {f}")
         if code and not failed:
-            failures.append(f"{label}: the job exited with code {code}; last lines of {envdir / 'log.txt'}:\n  "
+            failures.append(f"{label}: the job exited with code {code} ({envdir / 'log.txt'} has its output):\n  "
                             + "\n  ".join(tail[-6:]))
         if not (envdir / "environment.json").exists() or not (envdir / "profile.json").exists():
             continue

@@ -172,19 +172,17 @@ def run(ctx: Any, plan: dict[str, Any]) -> int:
     sw = plan["sweep"]
     _say(ctx, f"{PROGRESS}stage 1/{stages}: sweep {','.join(sw['ops'])}")
     lat_bytes = int(sw.get("latency_bytes", 0))
-    small_max = lat_bytes // int(sw["factor"]) if lat_bytes else 0
-    if small_max >= cm.parse_size(sw["min_size"]):  # latency-bound sizes: more iterations
-        opts = bench.make_options(op=sw["ops"], min_size=sw["min_size"], max_size=small_max, factor=sw["factor"],
-                                  warmup=sw["warmup"], iters=sw["latency_iters"], out=str(records),
-                                  timeout=plan["timeout"])
-        bench.sweep(ctx, opts)
-        start = small_max * sw["factor"]
-    else:
-        start = sw["min_size"]
-    opts = bench.make_options(op=sw["ops"], min_size=int(start) if not isinstance(start, str) else start,
-                              max_size=sw["max_size"], factor=sw["factor"], warmup=sw["warmup"], iters=sw["iters"],
-                              out=str(records), timeout=plan["timeout"])
-    bench.sweep(ctx, opts)
+    lo, hi, factor = cm.parse_size(sw["min_size"]), cm.parse_size(sw["max_size"]), float(sw["factor"])
+    sizes = [lo]
+    while sizes[-1] * factor <= hi:
+        sizes.append(int(sizes[-1] * factor))
+    small = [n for n in sizes if n < lat_bytes]  # latency-bound sizes: more iterations
+    large = [n for n in sizes if n >= lat_bytes]
+    for part, iters in ((small, sw.get("latency_iters", sw["iters"])), (large, sw["iters"])):
+        if part:
+            opts = bench.make_options(op=sw["ops"], min_size=part[0], max_size=part[-1], factor=factor,
+                                      warmup=sw["warmup"], iters=iters, out=str(records), timeout=plan["timeout"])
+            bench.sweep(ctx, opts)
 
     _say(ctx, f"{PROGRESS}stage 2/{stages}: fit")
     env_error: str | None = None

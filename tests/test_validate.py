@@ -189,3 +189,32 @@ def test_gloo_with_cuda_tensors_needs_a_gpu(monkeypatch) -> None:
     opts = rt.make_options("bsp", "mlp", 2, backend="gloo-cuda")
     with pytest.raises(rt.TrainError, match="gloo-cuda needs a CUDA device"):
         rt.setup(opts)
+
+
+@pytest.mark.multiprocess
+def test_a_failing_technique_is_named_and_the_rest_goes_on(tmp_path) -> None:
+    suite = v.Suite("tiny", "mlp", 16, (("fusion", {"no_such_option": 1}), ("bsp", {})), iterations=2, warmup=1,
+                    sweep_sizes=("4", "4KiB", 16.0), sweep_iters=(1, 2), latency_iters=2, profile_iters=(1, 2))
+    recs, failures = v.validate(suite, 2, tmp_path, timeout=60.0, command="test")
+    assert len(failures) == 1 and failures[0].startswith("host: fusion (rank 0: technique fusion takes")
+    assert "no_such_option" in failures[0]
+    assert [r["config"]["technique"] for r in recs] == ["bsp"]
+
+
+def test_cli_refuses_bad_input_with_exit_2(tmp_path) -> None:
+    from runners.cli import main
+
+    assert main(["validate", "--suite", "huge", "--out", str(tmp_path / "o")]) == 2
+    assert main(["validate", "--emulate", ",", "--out", str(tmp_path / "o")]) == 2
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.multiprocess
+def test_a_failed_job_is_reported_with_its_error_line(tmp_path) -> None:
+    suite = v.Suite("broken", "no_such_model", 16, (("bsp", {}),), iterations=2, warmup=1,
+                    sweep_sizes=("4", "64", 16.0), sweep_iters=(1, 2), latency_iters=2, profile_iters=(1, 2))
+    recs, failures = v.validate(suite, 2, tmp_path, timeout=60.0, command="test")
+    assert recs == [] and len(failures) == 1
+    assert failures[0].startswith("host: the job exited with code ")
+    assert "commscope: error:" in failures[0] and "no_such_model" in failures[0]
+    assert (tmp_path / "validation.csv").exists()  # the tables are written (empty) even so
