@@ -242,6 +242,9 @@ def make_plan(suite: Suite, envdir: Path, ranks: int, ranks_per_node: int, threa
             "fit_algorithm": "ring_allreduce,ring_allgather",
             # iterations send many messages back to back: their cost is the mean message time, not the median
             "fit_statistic": "mean",
+            # alpha from the latency-bound sizes, beta from the bandwidth-bound ones: a shaped link's token
+            # bucket makes the sizes between them faster than any one alpha-beta line
+            "fit_method": "two_regimes",
             "ranks": ranks, "ranks_per_node": ranks_per_node, "backend": backend}
 
 
@@ -324,8 +327,9 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
              f"({rpn} per node), {threads} thread(s) per rank, {s.iterations} timed iterations after {s.warmup}",
              "compute: profiled inside the distributed run, on all ranks at once with the same threads per rank "
              "(each rank's per-layer medians scaled to its unhooked forward and backward, then the mean over ranks)",
-             "environment: alpha, beta, gamma fitted to the mean per-iteration times of this run's own sweep of "
-             + ", ".join(s.sweep_ops)]
+             "environment: fitted to the mean per-iteration times of this run's own sweep of "
+             + ", ".join(s.sweep_ops) + " in two regimes (Hockney): alpha from the sizes below 64 KiB, beta and "
+             "gamma from those from 256 KiB"]
     for rate in rates:
         label = env_label(rate)
         envdir = outdir / re.sub(r"[^A-Za-z0-9_.-]", "_", label)

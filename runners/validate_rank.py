@@ -7,7 +7,8 @@
 One process group does, in order, and appends every record to the plan's ``records`` file:
 
 1. **sweep**: the plan's collectives over its sizes (``runners.bench.sweep``, max over ranks);
-2. **fit**: rank 0 fits alpha/beta(/gamma) to the sweep (``runners.fit.fit``) and saves the environment;
+2. **fit**: rank 0 fits alpha/beta(/gamma) to the sweep (``runners.fit.fit``, or with the plan's
+   ``fit_method: two_regimes`` :func:`runners.fit.fit_two_regimes`) and saves the environment;
 3. **profile**: every rank runs the layer-wise profiler *at the same time*, with the run's threads per
    rank, so each rank's compute shares the cores exactly as it does while training; the per-layer
    mean over ranks gives each layer's share, and the totals are those of synchronised compute-only
@@ -188,8 +189,17 @@ def run(ctx: Any, plan: dict[str, Any]) -> int:
     env_error: str | None = None
     if ctx.rank == 0:
         try:
-            res = fit.fit([str(records)], primitive=sw["ops"], algorithm=plan.get("fit_algorithm"),
-                          name=plan.get("environment_name"), statistic=plan.get("fit_statistic", "median"))
+            how = dict(primitive=sw["ops"], algorithm=plan.get("fit_algorithm"), name=plan.get("environment_name"),
+                       statistic=plan.get("fit_statistic", "median"))
+            two = sizes[-1] >= fit.BANDWIDTH_FROM and sizes[0] < (lat_bytes or fit.LATENCY_BELOW)
+            if plan.get("fit_method") == "two_regimes" and not two:
+                print(f"# note: the sweep ({cm.format_size(sizes[0])} to {cm.format_size(sizes[-1])}) does not reach "
+                      f"both regimes (below {cm.format_size(lat_bytes or fit.LATENCY_BELOW)}, from "
+                      f"{cm.format_size(fit.BANDWIDTH_FROM)}): one fit over every size", flush=True)
+            if plan.get("fit_method") == "two_regimes" and two:  # alpha: latency-bound sizes; beta: bandwidth-bound
+                res = fit.fit_two_regimes([str(records)], latency_below=lat_bytes or fit.LATENCY_BELOW, **how)
+            else:
+                res = fit.fit([str(records)], **how)
             res.environment.save(plan["environment"])
             results.append(records, [res.record()])
             print(f"# {res.summary()}", flush=True)

@@ -360,3 +360,27 @@ def test_bench_fit_reports_p1(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "P1 (n >= 65536 B" in out and "goal: median <= 3%: met" in out
     assert bench.main([str(tmp_path / "none.jsonl")]) == 2
     assert "bench_fit: error: no results file" in capsys.readouterr().err
+
+
+def test_two_regime_fit_recovers_the_sustained_rate_under_a_token_bucket() -> None:
+    """Mid sizes that a token bucket lets through at line rate pull a one-piece fit's beta down; the two-regime
+    (Hockney) fit takes alpha from the small sizes and beta from the large ones and recovers both."""
+    env = cm.Environment(alpha=1e-3, beta=8e-8, gamma=0.0)
+    sizes = [4 * 4**k for k in range(11)]  # 4 B ... 4 MiB
+    recs = synth("ring_allreduce", env, ps=(4,), sizes=sizes, reps=4, noise=0.01)
+    for r in recs:  # 16 KiB ... 256 KiB leave 3x faster (a burst bucket), as on a shaped link
+        if 16 * 1024 <= r["config"]["bytes"] <= 256 * 1024:
+            r["result"]["time_s"] = 6e-3 + (r["result"]["time_s"] - 6e-3) / 3
+    one = fitting.fit(recs, "allreduce", "ring_allreduce", gamma=0.0)
+    two = fitting.fit_two_regimes(recs, "allreduce", "ring_allreduce", latency_below="16KiB", bandwidth_from="1MiB")
+    assert abs(one.environment.beta / 8e-8 - 1) > 0.05  # the bucket misleads the one-piece fit
+    assert two.environment.beta == pytest.approx(8e-8, rel=0.02)
+    assert two.environment.alpha == pytest.approx(1e-3, rel=0.03)
+    assert two.parameters["alpha"].value == two.environment.alpha
+    assert "two regimes" in two.environment.metadata["method"] and two.environment.metadata["algorithms"] == {
+        "allreduce": "ring_allreduce"}
+    assert len(two.residuals) == len(recs)
+    with pytest.raises(cm.CommscopeError, match="must be > 0 and at most bandwidth_from"):
+        fitting.fit_two_regimes(recs, "allreduce", latency_below="1MiB", bandwidth_from="4KiB")
+    with pytest.raises(cm.CommscopeError, match="no allreduce records below 2B"):
+        fitting.fit_two_regimes(recs, "allreduce", latency_below="2", bandwidth_from="4KiB")
