@@ -386,3 +386,15 @@ def test_oversize_upload_is_refused_on_the_page(environments: AppTest) -> None:
     assert not environments.exception, environments.exception
     assert any("big.jsonl" in e.value and "20 MB limit" in e.value for e in environments.error)
     assert len(environments.get("plotly_chart")) == 2  # the other file is fitted
+
+
+def test_environments_page_two_regime_fit() -> None:
+    at = AppTest.from_file(MAIN, default_timeout=60).run()
+    at.switch_page("views/environments.py").run()
+    at.selectbox(key="envs_link").set_value("100mbit").run()
+    before = json.loads(at.get("plotly_chart")[0].proto.spec)
+    at.radio(key="envs_method").set_value("two").run()
+    assert not at.exception, at.exception
+    assert json.loads(at.get("plotly_chart")[0].proto.spec) != before
+    texts = [m.value for kind in (at.markdown, at.caption, at.info, at.success) for m in kind]
+    assert any("two regimes" in t for t in texts)

@@ -31,11 +31,14 @@ def _reference_records(link: str) -> list[dict]:
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _fit(key: str, primitives: tuple[str, ...], algorithms: tuple[str, ...], statistic: str, gamma: str,
-         min_bytes: int, name: str, _records: list[dict]) -> FitTables | str:
+         min_bytes: int, name: str, _records: list[dict], method: str = "one") -> FitTables | str:
     """The fit's tables, or the reason it failed (cached per source, choices and name)."""
-    from runners.fit import fit
+    from runners.fit import fit, fit_two_regimes
 
     try:
+        if method == "two":
+            return fit_tables(fit_two_regimes(_records, list(primitives), list(algorithms), statistic=statistic,
+                                              name=name))
         return fit_tables(fit(_records, list(primitives), list(algorithms), statistic=statistic, gamma=gamma,
                               min_bytes=min_bytes, name=name))
     except CommscopeError as exc:
@@ -131,8 +134,14 @@ if len(sizes) > 1:
     min_bytes = c4.select_slider("smallest message fitted", options=sizes, value=sizes[0], format_func=cm.format_size,
                                  key="envs_min_bytes")
 name = c5.text_input("name", value=default_name, max_chars=80, key="envs_name").strip() or default_name
+method = st.radio("method", ["one", "two"], horizontal=True, key="envs_method", format_func={
+    "one": "one least-squares fit over the sizes chosen",
+    "two": "two regimes (Hockney): alpha below 64 KiB, beta and gamma from 256 KiB"}.get,
+    help="A shaped link's token bucket lets mid-size messages through at line rate, which pulls a one-piece "
+         "fit's beta below the sustained rate; the two-regime fit takes each parameter where it dominates "
+         "(commscope validate uses it).")
 
-result = _fit(key, tuple(primitives), tuple(algorithms), statistic, gamma, int(min_bytes), name, records)
+result = _fit(key, tuple(primitives), tuple(algorithms), statistic, gamma, int(min_bytes), name, records, method)
 if isinstance(result, str):
     st.error(f"Cannot fit: {result}")
     st.stop()
@@ -168,7 +177,7 @@ algos = tuple(result.algorithms.items())
 curves = _curves(result.residuals, result.environment_json, algos, "fitted")
 if compare:
     curves = pd.concat([curves, _curves(result.residuals, env.to_json(), algos, env.name)], ignore_index=True)
-sig = "|".join([key, *primitives, *algorithms, statistic, gamma, str(min_bytes), result.name,
+sig = "|".join([key, *primitives, *algorithms, statistic, gamma, str(min_bytes), method, result.name,
                 env.to_json() if compare else ""])
 fig, res_fig = _figures(sig, log, band / 100, result.residuals, curves)
 st.plotly_chart(fig, width="stretch", key="envs_fit_chart")
