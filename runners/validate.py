@@ -57,7 +57,7 @@ class Suite:
     sweep_ops: tuple[str, ...] = ("allreduce", "allgather", "reduce_scatter")
     sweep_sizes: tuple[str, str, float] = ("4", "4MiB", 4.0)
     sweep_iters: tuple[int, int] = (2, 10)  # warm-up, timed
-    latency_iters: int = 40  # timed iterations of sizes below LATENCY_BYTES: their latency is noisy on shared cores
+    latency_iters: int = 100  # timed iterations of sizes below LATENCY_BYTES: their latency is bimodal on shared cores
     profile_iters: tuple[int, int] = (3, 10)
     model_options: Mapping[str, Any] = field(default_factory=dict)
 
