@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +12,7 @@ import convergence as cv
 import costmodels as cm
 
 pytest.importorskip("streamlit", reason="the [app] extra is part of the README's test set-up")
+from app_pages import chart_specs, open_page
 from streamlit.testing.v1 import AppTest
 
 from app.data_convergence import (
@@ -33,7 +32,6 @@ from app.data_convergence import (
 )
 from app.figures_convergence import bound_figure, tta_bar_figure, winner_map_figure
 
-MAIN = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
 NAMES = ["sgd", "local_sgd", "topk", "arjevani"]
 
 
@@ -197,16 +195,8 @@ def test_winner_map_cells_name_the_fastest_technique() -> None:
 
 
 # ------------------------------------------------------------------------------------ the pages
-def _specs(at: AppTest) -> list[dict]:
-    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-
-
-def _page(path: str) -> AppTest:
-    at = AppTest.from_file(MAIN, default_timeout=60).run()
-    assert not at.exception, at.exception
-    at.switch_page(path).run()
-    assert not at.exception, at.exception
-    return at
+_specs = chart_specs
+_page = open_page
 
 
 @pytest.fixture

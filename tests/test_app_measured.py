@@ -7,7 +7,6 @@ import math
 import pickle
 import re
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -16,6 +15,7 @@ import pytest
 import costmodels as cm
 
 pytest.importorskip("streamlit", reason="the [app] extra is part of the README's test set-up")
+from app_pages import MAIN, chart_specs, open_page
 from streamlit.testing.v1 import AppTest
 
 from app import data_measured as dm
@@ -24,7 +24,6 @@ from app import uploads
 from runners import reference, results, validate
 from runners.fit import fit
 
-MAIN = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
 VALIDATION = reference.VALIDATION_DIR / "validation.jsonl"
 RECORDS_1G = reference.VALIDATION_DIR / "1gbit" / "records.jsonl"
 
@@ -236,16 +235,8 @@ def test_duplicate_names_and_too_many_files() -> None:
 
 
 # ===================================================================================== AppTest
-def _specs(at: AppTest) -> list[dict]:
-    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-
-
-def _page(path: str) -> AppTest:
-    at = AppTest.from_file(MAIN, default_timeout=60).run()
-    assert not at.exception, at.exception
-    at.switch_page(path).run()
-    assert not at.exception, at.exception
-    return at
+_specs = chart_specs
+_page = open_page
 
 
 def _table(at: AppTest, column: str):
