@@ -229,7 +229,8 @@ def run(ctx: Any, plan: dict[str, Any]) -> int:
                         "threads": threads, "concurrent_ranks": ctx.world},
             prof.to_dict(), ctx.run_info(), "commscope validate")])
         print(f"# profile: forward {prof.forward_s * 1e3:.2f} ms, backward {prof.backward_s * 1e3:.2f} ms "
-              f"(mean of {ctx.world} ranks; spread {prof.metadata['rank_spread']:.1%})", flush=True)
+              f"(slowest of {ctx.world} ranks in step; layer shares from all ranks, spread between ranks "
+              f"{prof.metadata['rank_spread']:.1%})", flush=True)
     ctx.dist.barrier()
 
     tctx = rt.Context(torch=ctx.torch, dist=ctx.dist, rank=ctx.rank, world=ctx.world, local_world=ctx.local_world,
@@ -238,10 +239,10 @@ def run(ctx: Any, plan: dict[str, Any]) -> int:
     for k, (name, options) in enumerate(techniques, start=4):
         _say(ctx, f"{PROGRESS}stage {k}/{stages}: train {name}")
         error = None
-        iterations, warmup = plan["iterations"], plan["warmup"]
-        period = int(options.get("H", get_technique(name).options.get("H", 1))) if name in PERIODIC else 1
-        iterations, warmup = -(-iterations // period) * period, -(-warmup // period) * period  # whole periods
         try:
+            iterations, warmup = plan["iterations"], plan["warmup"]
+            period = int(options.get("H", get_technique(name).options.get("H", 1))) if name in PERIODIC else 1
+            iterations, warmup = -(-iterations // period) * period, -(-warmup // period) * period  # whole periods
             topts = rt.Options(algorithm=name, model=plan["model"], iterations=iterations,
                                batch_size=plan["batch_size"], lr=plan.get("lr", 0.05), options=dict(options),
                                warmup=warmup, threads=threads, seed=plan.get("seed", 0),
