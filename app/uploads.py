@@ -143,3 +143,12 @@ def results_uploader(key: str, label: str = "results files (JSON lines)") -> Upl
     if up.bad:
         st.warning(bad_lines_text(up.bad))
     return up
+
+
+@st.cache_data(show_spinner=False)
+def reference_records(link: str) -> list[dict[str, Any]]:
+    """Every record of one link of the shipped reference run (``runners.reference``), read once: the
+    default data of the pages that also take uploads."""
+    from runners import reference
+
+    return reference.records(link)

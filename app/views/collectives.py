@@ -12,6 +12,7 @@ import costmodels as cm
 from app.data import collective_curves, crossover_table, measured_points
 from app.figures import collective_figure
 from app.sidebar import environment_picker
+from app.uploads import reference_records, results_uploader
 
 DEFAULTS = {
     "allreduce": ["ring_allreduce", "rabenseifner_allreduce_general", "double_binary_tree_allreduce"],
@@ -32,13 +33,6 @@ def _curves(algorithms: tuple[str, ...], p: int, env_json: str, lo: int, hi: int
 @st.cache_data(show_spinner=False, max_entries=256)
 def _crossovers(algorithms: tuple[str, ...], p: int, env_json: str, hi: int):
     return crossover_table(algorithms, p, cm.Environment.from_json(env_json), 2.0**hi)
-
-
-@st.cache_data(show_spinner=False)
-def _reference_records(link: str) -> list:
-    from runners import reference
-
-    return reference.records(link)
 
 
 env = environment_picker()
@@ -80,10 +74,8 @@ with st.expander("measured sweep points", expanded=False):
 
         links = reference.environments()
         link = st.selectbox("link of the reference run", links, key="coll_measured_link")
-        records = _reference_records(link)
+        records = reference_records(link)
     elif source == "upload":
-        from app.uploads import results_uploader
-
         up = results_uploader("coll_upload")
         records = up.records if up is not None else []
 measured = measured_points(records, primitive) if records else None

@@ -14,19 +14,12 @@ import costmodels as cm
 from app.data_measured import FitTables, collective_summary, fit_tables, model_curves
 from app.figures_measured import fit_figure, residual_figure
 from app.sidebar import FITTED_KEY, choose, environment_picker
-from app.uploads import results_uploader
+from app.uploads import reference_records, results_uploader
 from costmodels.analysis import default_candidates
 from costmodels.errors import CommscopeError
 
 SOURCES = {"reference": "bundled reference run", "upload": "uploaded results files"}
 STATISTICS = {"mean": "mean of the per-iteration times", "median": "median time of each record"}
-
-
-@st.cache_data(show_spinner=False)
-def _reference_records(link: str) -> list[dict]:
-    from runners import reference
-
-    return reference.records(link)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -87,7 +80,7 @@ if source == "reference":
     links = reference.environments()
     link = st.selectbox("link of the reference run", links, index=links.index("1gbit") if "1gbit" in links else 0,
                         key="envs_link")
-    records = _reference_records(link)
+    records = reference_records(link)
     key, default_name = f"reference:{link}", f"fitted:{link}"
 else:
     up = results_uploader("envs_upload")
