@@ -5,7 +5,7 @@ Predicted vs measured: :func:`validation_frame` (one row per "validation" record
 time or compute share, predicted beside measured), :func:`parameter_table` and :func:`fit_quality`
 (fitted environments with their 95% confidence intervals).
 
-Environments: :func:`fit_tables` (what :func:`runners.fit.fit` found, as plain tables) and
+Environments: :func:`fit_tables` (what :func:`runners.measure.fit.fit` found, as plain tables) and
 :func:`model_curves` (an environment's predicted time over the measured size range).
 """
 
@@ -219,7 +219,7 @@ def environment_json(env: Mapping[str, Any]) -> str:
 # ===================================================================================== fitting
 @dataclass
 class FitTables:
-    """What :func:`runners.fit.fit` found, as plain tables and text (cacheable)."""
+    """What :func:`runners.measure.fit.fit` found, as plain tables and text (cacheable)."""
 
     environment_json: str
     name: str
@@ -235,7 +235,7 @@ class FitTables:
 
 
 def fit_tables(result: Any) -> FitTables:
-    """:class:`FitTables` of a :class:`runners.fit.FitResult`."""
+    """:class:`FitTables` of a :class:`runners.measure.fit.FitResult`."""
     env = result.environment
     params = parameter_table({env.name: {**env.to_dict(), "metadata": {"parameters": {
         k: v.to_dict() for k, v in result.parameters.items()}}}}).drop(columns=["link"])

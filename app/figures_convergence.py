@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from app.data_convergence import format_bandwidth
+from app.data_tta import format_bandwidth
 
 PALETTE = qualitative.Plotly + qualitative.D3
 LOWER = "#555555"
@@ -66,7 +66,7 @@ def tta_bar_figure(table: pd.DataFrame, title: str = "") -> go.Figure:
     """Horizontal bars of seconds to eps per technique (log axis), fastest on top; the winner in colour,
     techniques not ranked (another metric) hatched gray; those that never reach eps are left out.
 
-    ``table``: :func:`app.data_convergence.tta_table`.
+    ``table``: :func:`app.data_tta.tta_table`.
     """
     df = table[np.isfinite(table["seconds"].astype(float))]
     colors = []
@@ -105,7 +105,7 @@ def _edges(values: np.ndarray) -> np.ndarray:
 def winner_map_figure(table: pd.DataFrame, here: tuple[float, int] | None = None, title: str = "") -> go.Figure:
     """Heatmap of the technique whose bound reaches eps first, over bandwidth (log x) and p (log y).
 
-    ``table``: :func:`app.data_convergence.winner_table`; ``here``: (bandwidth, p) of the chosen
+    ``table``: :func:`app.data_tta.winner_table`; ``here``: (bandwidth, p) of the chosen
     environment, marked with a cross when inside the map. Each colour is one technique (legend on the
     colour bar); gray: no bound reaches eps.
     """

@@ -27,8 +27,8 @@ RESULTS = ROOT / "bench" / "results"
 
 def main() -> None:
     sys.path.insert(0, str(ROOT))
-    from runners import fit as fitting
     from runners import results as rs
+    from runners.measure import fit as fitting
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rate", default="1gbit")

@@ -3,7 +3,7 @@
     python bench/bench_fit.py RESULTS.jsonl... [--primitive allreduce] [--algorithm ring_allreduce|auto]
                               [--min-size 64KiB] [--fit-min-size 0] [--json]
 
-Fits the environment (``runners.fit.fit``: alpha, beta, gamma where identifiable) to the records of
+Fits the environment (``runners.measure.fit.fit``: alpha, beta, gamma where identifiable) to the records of
 the results file(s), then reports P1: the median and max of |predicted - measured| / measured over the
 records of at least ``--min-size`` (default 64 KiB). Goal: median <= 3%. The fit uses every size from
 ``--fit-min-size`` up (default: all), so P1 is the in-sample error of the model over the sweep.
@@ -26,8 +26,8 @@ GOAL_MEDIAN = 0.03
 def measure(paths: Sequence[str], primitive: str = "allreduce", algorithm: str | None = None,
             min_size: str | int = "64KiB", fit_min_size: str | int = 0) -> dict[str, Any]:
     """Fit the records of ``paths`` and return P1 with the fitted parameters (JSON-able)."""
-    from runners import fit as fitting
     from runners import results as rs
+    from runners.measure import fit as fitting
 
     loaded = {str(p): rs.load(p) for p in paths}
     t0 = time.perf_counter()

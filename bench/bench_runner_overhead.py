@@ -5,7 +5,7 @@
 Starts one gloo job with torchrun (``--nproc`` ranks on this machine). In the same processes, for
 each size and round, in alternating order:
 
-- ``runner``: ``runners.bench.sweep`` of allreduce at that size (the code path of
+- ``runner``: ``runners.measure.sweep.sweep`` of allreduce at that size (the code path of
   ``commscope bench collectives``: probe, plan, build, measure, record), and the median it reports;
 - ``bare``: a hand-written loop of the same torch.distributed calls timed the same way (restore the
   buffer, barrier, ``perf_counter`` around ``all_reduce``; max over ranks after the loop), and its
@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def worker(args: argparse.Namespace) -> None:
     """One rank: alternate runner sweeps and bare loops; rank 0 writes the numbers to ``args.result``."""
     from costmodels.units import format_size, parse_size
-    from runners import bench
+    from runners.measure import sweep as bench
+    from runners.measure.sweep.patterns import _pattern
 
     ctx = bench.setup("gloo", timeout=300)
     t, dist = ctx.torch, ctx.dist
@@ -46,7 +47,7 @@ def worker(args: argparse.Namespace) -> None:
     bare: dict[int, list[list[float]]] = {s: [] for s in sizes}
 
     def bare_loop(nbytes: int) -> list[float]:
-        src = bench._pattern(ctx, nbytes // 4, ctx.rank, "float32")
+        src = _pattern(ctx, nbytes // 4, ctx.rank, "float32")
         buf = src.clone()
         times = []
         for i in range(args.warmup + args.iters):

@@ -20,8 +20,7 @@ from .nccl_tests import algbw, busbw, busbw_factor
 from .presets import PRESETS
 from .profiles import Layer, ModelProfile, load_profile, profile, profiles
 from .registry import Registry
-from .schedule_sweep import SweepResult, sweep
-from .schedules import SCHEDULES, IterationResult, Schedule, schedule, schedules, simulate
+from .schedules import SCHEDULES, IterationResult, Schedule, SweepResult, schedule, schedules, simulate, sweep
 from .timeline import Event, Timeline
 from .units import format_size, parse_size, size_range
 

@@ -25,11 +25,8 @@ from app.data_convergence import (
     iterations_table,
     simulated_points,
     simulation_setup,
-    technique_spec,
-    tta_sentence,
-    tta_table,
-    winner_table,
 )
+from app.data_tta import technique_spec, tta_sentence, tta_table, winner_table
 from app.figures_convergence import bound_figure, tta_bar_figure, winner_map_figure
 
 NAMES = ["sgd", "local_sgd", "topk", "arjevani"]

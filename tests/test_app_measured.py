@@ -22,7 +22,7 @@ from app import data_measured as dm
 from app import figures_measured as fm
 from app import uploads
 from runners import reference, results, validate
-from runners.fit import fit
+from runners.measure.fit import fit
 
 VALIDATION = reference.VALIDATION_DIR / "validation.jsonl"
 RECORDS_1G = reference.VALIDATION_DIR / "1gbit" / "records.jsonl"

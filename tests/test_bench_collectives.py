@@ -1,4 +1,4 @@
-"""Collective sweeps (runners.bench, ``commscope bench collectives``) and ``commscope import nccl-tests``.
+"""Collective sweeps (runners.measure.sweep, ``commscope bench collectives``) and ``commscope import nccl-tests``.
 
 The multi-process tests start real gloo jobs with torchrun on small sizes and few iterations; a
 killed rank and a stopped rank must end the job within its timeout, keeping what was written.
@@ -19,11 +19,12 @@ from types import SimpleNamespace
 import pytest
 
 import costmodels as cm
-from runners import bench
-from runners import nccl_tests_import as nti
 from runners import results as rs
 from runners.cli import main
-from runners.cli_bench import launch_args
+from runners.measure import nccl_tests as nti
+from runners.measure import sweep as bench
+from runners.measure.sweep.patterns import _pattern, _summed, _wrong
+from runners.torchrun.launcher import launch_args
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS = list(bench.OPS)
@@ -35,7 +36,7 @@ def commscope(*argv: str) -> list[str]:
 
 def torchrun(nproc: int, *argv: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc_per_node",
-            str(nproc), "-m", "runners.bench", *argv]
+            str(nproc), "-m", "runners.measure.sweep", *argv]
 
 
 def run_job(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -117,13 +118,13 @@ def test_measurement_summary_and_wrong_count() -> None:
     assert (m.median, m.min, m.p10, m.p90) == (3.0, 1.0, 1.4, 4.6)
     torch = pytest.importorskip("torch")
     ctx = SimpleNamespace(torch=torch, world=4, device=torch.device("cpu"))
-    x = bench._pattern(ctx, 100, 2, "bfloat16")
+    x = _pattern(ctx, 100, 2, "bfloat16")
     assert x.min().item() >= 1 and x.max().item() <= 7  # never zeros
-    expected = bench._summed(ctx, 100)
+    expected = _summed(ctx, 100)
     got = expected.to(torch.bfloat16)
-    assert bench._wrong(ctx, got, expected, "bfloat16") == 0
+    assert _wrong(ctx, got, expected, "bfloat16") == 0
     got[[3, 50]] += 1
-    assert bench._wrong(ctx, got, expected, "bfloat16") == 2
+    assert _wrong(ctx, got, expected, "bfloat16") == 2
 
 
 def test_launch_one_node_or_the_emulated_nodes() -> None:
@@ -150,7 +151,7 @@ def test_cli_dry_run_forwards_every_option(capsys: pytest.CaptureFixture[str], m
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "torch.distributed.run --nnodes 2 --node_rank 0 --nproc_per_node 2 --master_addr 10.0.0.1" in out
-    assert "-m runners.bench collectives --op allgather --min-size 1024 --max-size 8192" in out
+    assert "-m runners.measure.sweep collectives --op allgather --min-size 1024 --max-size 8192" in out
     assert "--check" in out and "--root 3" in out
 
 
@@ -336,7 +337,7 @@ def _rank_pid(job: subprocess.Popen[str], rank: int) -> int:
             env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if f"RANK={rank}".encode() in env and any(b"runners.bench" in a for a in
+        if f"RANK={rank}".encode() in env and any(b"runners.measure.sweep" in a for a in
                                                   Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")):
             return pid
     raise AssertionError(f"no process of rank {rank} under {job.pid}")

@@ -1,4 +1,4 @@
-"""``commscope emulate`` and ``runners.emulate``: an emulated cluster of network namespaces shaped by tc.
+"""``commscope emulate`` and ``runners.measure.emulate``: an emulated cluster of network namespaces shaped by tc.
 
 The tests that build namespaces need root and iproute2 (CI runs them as root; a missing iproute2 is
 installed with apt-get, and if that is impossible the tests fail saying why, they are never skipped).
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from runners import emulate as em
 from runners.cli import main
+from runners.measure import emulate as em
 
 pytestmark = pytest.mark.multiprocess
 
@@ -189,7 +189,7 @@ def test_refuses_without_iproute2(capsys: pytest.CaptureFixture[str], monkeypatc
 
 def test_delay_refused_without_netem(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
                                      netadmin: Path) -> None:
-    monkeypatch.setattr(em, "netem_available", lambda: False)
+    monkeypatch.setattr("runners.measure.emulate.shaping.netem_available", lambda: False)
     code, out, err = cli(capsys, "emulate", "--nodes", "2", "--rate", "1gbit", "--delay", "20us", "--", "true")
     line = one_error_line(err)
     assert code == 2 and out == ""
@@ -225,7 +225,7 @@ def test_host_ceiling_is_cached_for_a_day(tmp_path: Path, monkeypatch: pytest.Mo
         return {"bps": 5e9, "payload_bps": 5e9 * 1448 / 1514, "bytes": 1, "seconds": 0.6, "mtu": mtu}
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(em, "_measure_ceiling", fake)
+    monkeypatch.setattr("runners.measure.emulate.ceiling._measure_ceiling", fake)
     tools = {"ip": "ip", "tc": "tc"}
     first = em.host_ceiling(1500, tools=tools)
     assert first["bps"] == 5e9 and not first["cached"] and calls == [1500]
@@ -253,8 +253,9 @@ def test_host_ceiling_is_measured(netadmin: Path) -> None:
 
 def test_rate_above_ceiling_warns_and_is_recorded(capsys: pytest.CaptureFixture[str],
                                                    monkeypatch: pytest.MonkeyPatch, netadmin: Path) -> None:
-    monkeypatch.setattr(em, "host_ceiling", lambda mtu, **k: {"bps": 1e9, "payload_bps": 9.5e8, "cached": True,
-                                                               "measured": "2026-01-01T00:00:00Z", "mtu": mtu})
+    monkeypatch.setattr("runners.measure.emulate.cluster.host_ceiling",
+                        lambda mtu, **k: {"bps": 1e9, "payload_bps": 9.5e8, "cached": True,
+                                          "measured": "2026-01-01T00:00:00Z", "mtu": mtu})
     code, out, err = cli(capsys, "emulate", "--nodes", "2", "--rate", "900mbit", "--burst", "64KiB", "--", "sh", "-c",
                          'test "$COMMSCOPE_NODE_RANK" = 0 && echo "$COMMSCOPE_NETWORK" || true')
     assert code == 0
@@ -384,8 +385,8 @@ def test_sweep_over_an_emulated_1gbit_link_fits_beta_within_10_percent(netadmin:
     8 x 1514/1448 = 8.36), every record carries the network spec, and the fit explains its own sweep
     (within 10% here, with few iterations on a shared 2-core host; bench/bench_emulated_link.py measures
     P1 against its 3% goal with the issue's full 1-64 MiB sweep)."""
-    from runners import fit as fitting
     from runners import results as rs
+    from runners.measure import fit as fitting
 
     out, env_file = tmp_path / "r.jsonl", tmp_path / "env.json"
     commscope = [sys.executable, "-m", "runners.cli"]

@@ -1,4 +1,4 @@
-"""Fitting environments to measured collective times (runners.fit, ``commscope fit``, bench/bench_fit.py).
+"""Fitting environments to measured collective times (runners.measure.fit, ``commscope fit``, bench/bench_fit.py).
 
 Synthetic sweeps come from a known model with 2% multiplicative noise and a fixed seed. The sweep that
 the accuracy test uses (ring allreduce, p = 2 and 4, 256 B .. 64 MiB in powers of two, 8 records per
@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 import costmodels as cm
-from runners import fit as fitting
 from runners import results as rs
 from runners.cli import main
+from runners.measure import fit as fitting
 
 ALPHA, BETA = 30e-6, 8e-9
 ENV = cm.Environment(alpha=ALPHA, beta=BETA)

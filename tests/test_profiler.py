@@ -13,11 +13,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import costmodels as cm  # noqa: E402
-from runners import models as zoo  # noqa: E402
-from runners import profiler  # noqa: E402
 from runners import results as rs  # noqa: E402
 from runners._extras import MissingExtraError  # noqa: E402
 from runners.cli import main  # noqa: E402
+from runners.training import profiler, zoo  # noqa: E402
+from runners.training.profiler.build import _backward_split  # noqa: E402
 
 TORCH_ONLY = ["mlp", "resnet_small", "gpt_small"]
 SMALL = {"mlp": {}, "resnet_small": {"blocks": "1,1,1", "width": 8}, "gpt_small": {"depth": 1, "dim": 32, "seq": 16}}
@@ -208,8 +208,8 @@ def test_profile_follows_execution_and_counts_tied_tensors_once() -> None:
 
 def test_backward_split_is_a_monotone_envelope() -> None:
     # ready times (s after backward start) per layer position, out of order for positions 1 and 2
-    bwd, fired = profiler._backward_split([(3, 1.0), (1, 2.0), (2, 3.5), (0, 5.0)], {0: 0, 1: 1, 2: 2, 3: 3}, 4,
-                                   t_forward=0.0, t_backward=6.0)
+    bwd, fired = _backward_split([(3, 1.0), (1, 2.0), (2, 3.5), (0, 5.0)], {0: 0, 1: 1, 2: 2, 3: 3}, 4,
+                                 t_forward=0.0, t_backward=6.0)
     assert fired.all() and bwd.sum() == pytest.approx(6.0) and (bwd >= 0).all()
     assert list(np.cumsum(bwd[::-1])[::-1]) == pytest.approx([6.0, 3.5, 3.5, 1.0])
 

@@ -201,7 +201,7 @@ def test_dear_moves_exactly_the_bytes_of_an_allreduce() -> None:
     """RS + AG of each group costs what an allreduce of it costs (ring: (p-1)/p n each way)."""
     prof, env, p = cm.profile("resnet50"), cm.environment("IB-EDR"), 16
     r = cm.simulate(prof, env, p, "dear", collective="ring_allreduce")
-    from costmodels.schedules_overlap import dear_groups
+    from costmodels.schedules import dear_groups
 
     sizes = [float(np.array(prof.column("grad_bytes"))[g].sum()) for g in dear_groups(
         np.array(prof.column("grad_bytes")), r.details["buffer_bytes"])]
@@ -224,7 +224,7 @@ def test_overlapping_schedules_between_bounds(schedule: str, model: str) -> None
 
 
 def test_best_dear_buffer_is_no_worse_than_other_sizes() -> None:
-    from costmodels.schedules_overlap import best_dear_buffer
+    from costmodels.schedules import best_dear_buffer
 
     prof, env = cm.profile("vgg16"), cm.environment("10GbE")
     cap, best = best_dear_buffer(prof, env, 8, "ring_allreduce")

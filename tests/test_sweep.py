@@ -156,7 +156,7 @@ def test_bytescheduler_kernel_with_other_partitions_and_credit(options: dict) ->
 
 
 def test_sweep_chunks_large_batches(monkeypatch: pytest.MonkeyPatch) -> None:
-    import costmodels.schedule_sweep as sw
+    from costmodels.schedules import vectorized as sw
 
     prof = cm.profile("resnet50")
     whole = cm.sweep(prof, ENVS, PS, "dear").iteration_time

@@ -1,4 +1,4 @@
-"""Training runs (runners.train, ``commscope train``): real two-rank gloo jobs on the mlp, and CLI errors."""
+"""Training runs (runners.training.runner, ``commscope train``): real two-rank gloo jobs on the mlp, and CLI errors."""
 
 from __future__ import annotations
 
@@ -81,7 +81,8 @@ def test_dry_run_forwards_options(capsys: pytest.CaptureFixture[str], monkeypatc
                  "--option", "buffer_bytes=1024", "--convergence", "--out", str(tmp_path / "r.jsonl"), "--dry-run"])
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert "--standalone --nnodes 1 --nproc_per_node 3 -m runners.train --algorithm dear --model resnet_small" in out
+    assert ("--standalone --nnodes 1 --nproc_per_node 3 -m runners.training.runner --algorithm dear "
+            "--model resnet_small") in out
     assert "--option buffer_bytes=1024" in out and "--convergence" in out and "--dataset gratings32" in out
 
 
@@ -106,7 +107,7 @@ def test_cli_errors_are_one_line_with_exit_2(capsys: pytest.CaptureFixture[str],
 
 
 def test_rank_side_errors_without_torchrun(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from runners import train
+    from runners.training import runner as train
 
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)

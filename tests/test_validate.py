@@ -172,8 +172,8 @@ def test_fused_compressed_techniques_are_one_message_after_backward() -> None:
 
 def test_gloo_with_cuda_tensors_needs_a_gpu(monkeypatch) -> None:
     """--backend gloo-cuda (several ranks on one GPU) is accepted everywhere and refused clearly without CUDA."""
-    from runners import bench
-    from runners import train as rt
+    from runners.measure import sweep as bench
+    from runners.training import runner as rt
 
     torch = pytest.importorskip("torch")
     assert "gloo-cuda" in bench.BACKENDS and "gloo-cuda" in rt.BACKENDS

@@ -26,7 +26,7 @@ STATISTICS = {"mean": "mean of the per-iteration times", "median": "median time 
 def _fit(key: str, primitives: tuple[str, ...], algorithms: tuple[str, ...], statistic: str, gamma: str,
          min_bytes: int, name: str, _records: list[dict], method: str = "one") -> FitTables | str:
     """The fit's tables, or the reason it failed (cached per source, choices and name)."""
-    from runners.fit import fit, fit_two_regimes
+    from runners.measure.fit import fit, fit_two_regimes
 
     try:
         if method == "two":
@@ -71,7 +71,8 @@ def _use(name: str, env_json: str) -> None:
 env = environment_picker()
 st.title("Fit an environment")
 st.caption("Least squares on the relative error of the chosen algorithms' cost models against measured collective "
-           "times (`runners.fit`, as `commscope fit` runs it), every parameter >= 0, with 95% confidence intervals.")
+           "times (`runners.measure.fit`, as `commscope fit` runs it), every parameter >= 0, with 95% confidence "
+           "intervals.")
 
 source = st.radio("results", list(SOURCES), format_func=SOURCES.get, horizontal=True, key="envs_source")
 if source == "reference":

@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 import costmodels as cm
-from app.data_convergence import (
+from app.data_tta import (
     TECHNIQUES,
     format_bandwidth,
     technique_parameter,

@@ -1,4 +1,6 @@
-"""Real data-parallel training with every technique commscope models (see :mod:`.base`)."""
+"""Real data-parallel training with every technique commscope models (see :mod:`.base`), and what runs it: the
+model zoo and generated data sets (:mod:`.zoo`), the layer-wise profiler (:mod:`.profiler`) and the torchrun
+training runner (:mod:`.runner`); import those three on their own (the zoo needs torch)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from typing import Any
 from costmodels.errors import CommscopeError
 
 from .base import TECHNIQUES, LossFn, StepResult, Technique, Trainer
-from .compressed import _global_rank, _int_option, broadcast_from_first
+from .compressed.shared import _global_rank, _int_option, broadcast_from_first
 
 
 def _model_tensors(model: Any) -> list[Any]:

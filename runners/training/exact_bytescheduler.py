@@ -5,7 +5,7 @@ of ``p.grad``; the last may be smaller). Priority follows the parameter registra
 forward order for sequential models: the layers nearest the input first. A communication thread
 sends the partitions as asynchronous in-place all-reduces, always the highest-priority partitions
 whose gradients are ready, keeping at most ``credit_bytes`` in flight (at least one partition): as
-in the schedule in :mod:`costmodels.schedules_overlap`.
+in the schedule in :mod:`costmodels.schedules.overlap`.
 
 What overlaps: partitions are sent while backward still computes later gradients, and the step
 returns right after backward without waiting for them. Each parameter is updated (averaged

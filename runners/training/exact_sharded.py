@@ -33,8 +33,7 @@ import torch
 import torch.distributed as dist
 
 from costmodels.errors import CommscopeError
-from costmodels.schedules import DDP_BUCKET_BYTES, greedy_buckets
-from costmodels.schedules_overlap import dear_groups
+from costmodels.schedules import DDP_BUCKET_BYTES, dear_groups, greedy_buckets
 
 from .exact_common import ExactTrainer, FlatBucket, ReadyHooks, size_option
 

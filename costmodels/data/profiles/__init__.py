@@ -1,0 +1,1 @@
+"""The shipped model profiles, one JSON file each (read with ``costmodels.profile(name)``)."""

@@ -1,0 +1,25 @@
+"""Collective-communication algorithms and their alpha-beta-gamma cost models: the :class:`Collective` model
+(``model``), its registry and lookups (``catalog``), and the registered entries (``algorithms``, ``bounds``).
+"""
+
+from __future__ import annotations
+
+from .algorithms import POW2, THAKUR
+from .bounds import CHAN
+from .catalog import COLLECTIVES, collective, collectives, lower_bound
+from .model import PRIMITIVES, TOPOLOGIES, Collective, Domain, Param
+
+__all__ = [
+    "CHAN",
+    "COLLECTIVES",
+    "POW2",
+    "PRIMITIVES",
+    "THAKUR",
+    "TOPOLOGIES",
+    "Collective",
+    "Domain",
+    "Param",
+    "collective",
+    "collectives",
+    "lower_bound",
+]

@@ -1,0 +1,133 @@
+"""Building blocks the schedule families share.
+
+The compute stream's events, DDP's bucket sizes and greedy grouping of messages, messages sent in
+order on one link (as events, and as the vectorized :func:`serial_ends`), option validation, and
+the (reduce-scatter, allgather) pair of a decoupled allreduce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..environment import Environment
+from ..errors import CommscopeError
+from ..messages import Comm
+from ..profiles import ModelProfile
+from ..timeline import Event, Timeline
+from ..units import parse_size
+from .core import IterationResult
+
+DDP_BUCKET_BYTES = 25 * 2**20
+DDP_FIRST_BUCKET_BYTES = 1 * 2**20
+
+
+def serial_ends(ready: np.ndarray, dt: np.ndarray, link_free: Any = 0.0) -> np.ndarray:
+    """End times of messages sent in order on one link: ``e_j = max(e_{j-1}, ready_j) + dt_j``.
+
+    Unrolled, ``e_j = S_j + max(e_{-1}, max_{k <= j}(ready_k - S_{k-1}))`` with ``S`` the running
+    sum of ``dt``: a cumulative sum and a cumulative max along the last axis replace the loop, so
+    all configurations (leading axes) advance together.
+    """
+    s = np.cumsum(dt, axis=-1)
+    slack = np.maximum.accumulate(ready - (s - dt), axis=-1)
+    return s + np.maximum(np.asarray(link_free)[..., None] if np.ndim(link_free) else link_free, slack)
+
+
+def _compute_events(prof: ModelProfile, t0: float = 0.0) -> tuple[list[Event], np.ndarray]:
+    """Forward then backward on the compute stream; returns events and each layer's gradient-ready time."""
+    events, t = [], t0
+    for layer in prof.layers:
+        events.append(Event("compute", "forward", layer.name, t, t + layer.forward_s))
+        t += layer.forward_s
+    ready = np.empty(len(prof))
+    for i in range(len(prof) - 1, -1, -1):
+        layer = prof.layers[i]
+        events.append(Event("compute", "backward", layer.name, t, t + layer.backward_s))
+        t += layer.backward_s
+        ready[i] = t
+    return events, ready
+
+
+def greedy_buckets(sizes_in_order: np.ndarray, cap: float, first_cap: float | None = None) -> list[list[int]]:
+    """Group consecutive items so that each group reaches ``cap`` bytes (the last may be smaller).
+
+    PyTorch DDP's rule (``_compute_bucket_assignment_by_size``): add tensors in gradient-ready
+    order and close the bucket once its size reaches the limit; the first bucket uses
+    ``first_cap`` (DDP: 1 MiB). Indices refer to positions in ``sizes_in_order``.
+    """
+    groups, cur, total = [], [], 0.0
+    limit = cap if first_cap is None else first_cap
+    for i, s in enumerate(sizes_in_order):
+        cur.append(i)
+        total += float(s)
+        if total >= limit:
+            groups.append(cur)
+            cur, total, limit = [], 0.0, cap
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def _send_in_order(groups: list[list[int]], ready: np.ndarray, nbytes: np.ndarray, comm: Comm, kind: str,
+                   names: list[str], link_free: float = 0.0) -> tuple[list[Event], float]:
+    """Messages sent in the given order, each when all its layers are ready and the link is free."""
+    sizes = np.array([nbytes[g].sum() for g in groups])
+    times = comm(sizes) if len(groups) else np.array([])
+    events, t = [], link_free
+    for g, size, dt in zip(groups, sizes, times, strict=True):
+        start = max(t, float(ready[g].max()))
+        label = names[g[0]] if len(g) == 1 else f"{names[g[-1]]}..{names[g[0]]} ({len(g)})"
+        events.append(Event("comm", kind, label, start, start + float(dt), float(size)))
+        t = start + float(dt)
+    return events, t
+
+
+def _result(name: str, p: int, prof: ModelProfile, events: list[Event], **details: Any) -> IterationResult:
+    tl = Timeline.of(events)
+    return IterationResult(name, p, max(tl.end, prof.compute_s), prof.compute_s, prof.batch_size, tl, details)
+
+
+def _validated(prof: ModelProfile, env: Environment, p: int) -> tuple[np.ndarray, list[str]]:
+    if not isinstance(prof, ModelProfile):
+        raise CommscopeError(f"profile must be a costmodels.ModelProfile, got {type(prof).__name__}")
+    if not isinstance(env, Environment):
+        raise CommscopeError(f"env must be a costmodels.Environment, got {type(env).__name__}")
+    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
+        raise CommscopeError(f"p must be a positive integer number of workers, got {p!r}")
+    return np.array(prof.column("grad_bytes")), [x.name for x in prof.layers]
+
+
+def _bytes_option(name: str, value: Any) -> float:
+    v = parse_size(value) if isinstance(value, str) else value
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v <= 0:
+        raise CommscopeError(f"{name} must be a positive number of bytes (or a size like '25MiB'), got {value!r}")
+    return float(v)
+
+
+# ------------------------------------------------------------ decoupled allreduce (DeAR, ZeRO, FSDP)
+DECOUPLED = {
+    "ring_allreduce": ("ring_reduce_scatter", "ring_allgather"),
+    "rabenseifner_allreduce": ("recursive_halving_reduce_scatter", "recursive_doubling_allgather"),
+}
+
+
+def decoupled(collective: Any, who: str = "dear") -> tuple[str | None, str | None]:
+    """(reduce-scatter, allgather) algorithms for a schedule that decouples the allreduce.
+
+    ``collective``: None (the cheapest of each), an allreduce algorithm of :data:`DECOUPLED` (its
+    two halves), or a mapping primitive -> algorithm such as a fitted environment's
+    ``metadata["algorithms"]`` (a primitive it lacks gets the cheapest).
+    """
+    if collective is None:
+        return None, None
+    if isinstance(collective, Mapping):
+        return collective.get("reduce_scatter"), collective.get("allgather")
+    if collective not in DECOUPLED:
+        what = ("dear decouples an allreduce into reduce-scatter + allgather; it knows how to for" if who == "dear"
+                else "sharded schedules use reduce-scatter and allgather; give one of")
+        raise CommscopeError(f"{what} {', '.join(DECOUPLED)} (or a mapping primitive -> algorithm, or None for "
+                             f"the cheapest of each), got {collective!r}")
+    return DECOUPLED[collective]

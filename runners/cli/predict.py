@@ -1,0 +1,160 @@
+"""``commscope predict collective|iteration|convergence|tta``: times, bandwidths, iterations and time to
+accuracy from the cost models and the convergence bounds (collective and iteration here; convergence and time
+to accuracy in :mod:`runners.cli.predict_convergence`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+import costmodels as cm
+
+from . import predict_convergence
+from .common import (
+    UsageError,
+    console,
+    int_list,
+    load_model_profile,
+    parse_options,
+    parse_params,
+    parse_sizes,
+    resolve_env,
+)
+
+
+def predict_collective(
+    algorithm: Annotated[list[str], typer.Option("--algorithm", "-a",
+                         help="algorithm name(s), comma-separated or repeated; 'auto' = cheapest of --primitive")],
+    p: Annotated[list[int], typer.Option("--p", "-p", help="number of ranks (repeatable)")],
+    env: Annotated[str | None, typer.Option(help="preset name or environment JSON file")] = None,
+    size: Annotated[list[str], typer.Option("--size", "-s", help="message size, e.g. 100MiB (repeatable)")] = [],  # noqa: B006
+    min_size: Annotated[str | None, typer.Option("--min-size", "-b", help="smallest size of a range")] = None,
+    max_size: Annotated[str | None, typer.Option("--max-size", "-e", help="largest size of a range")] = None,
+    factor: Annotated[float, typer.Option("--factor", "-f", help="growth factor of a range")] = 2.0,
+    primitive: Annotated[str, typer.Option(help="primitive for --algorithm auto")] = "allreduce",
+    alpha: Annotated[float | None, typer.Option(help="latency, s (overrides --env)")] = None,
+    beta: Annotated[float | None, typer.Option(help="inverse bandwidth, s/byte (overrides --env)")] = None,
+    gamma: Annotated[float | None, typer.Option(help="reduction cost, s/byte (overrides --env)")] = None,
+    param: Annotated[list[str], typer.Option("--param", help="algorithm parameter NAME=VALUE, e.g. k=4")] = [],  # noqa: B006
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Time, algbw and busbw of collective algorithms (nccl-tests conventions)."""
+    environment = resolve_env(env, alpha, beta, gamma)
+    names = [x.strip() for a in algorithm for x in a.split(",") if x.strip()]
+    if not names:
+        raise UsageError("--algorithm is empty")
+    sizes = parse_sizes(size, min_size, max_size, factor)
+    params = parse_params(param)
+    known = {q.name for x in names for q in (
+        [q for a in cm.collectives(primitive, include_bounds=False) for q in cm.collective(a).params]
+        if x == "auto" else cm.collective(x).params)}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise UsageError(f"--param {', '.join(unknown)}: no chosen algorithm has such a parameter; "
+                         f"theirs: {', '.join(sorted(known)) or 'none'}")
+    rows: list[dict[str, Any]] = []
+    for ranks in p:
+        for name in names:
+            if name == "auto":
+                pick = cm.cheapest(primitive, sizes, ranks, environment, **params)
+                algos, times = list(pick.algorithm), [float(x) for x in pick.time]
+            else:
+                c = cm.collective(name)
+                mine = {k: v for k, v in params.items() if k in {q.name for q in c.params}}
+                t = c.time(sizes, ranks, environment, **mine)
+                algos, times = [c.name] * len(sizes), [float(x) for x in t]
+            for nbytes, algo, t in zip(sizes, algos, times, strict=False):
+                prim = cm.collective(algo).primitive
+                bw = nbytes / t if t > 0 else None  # nothing to move (p = 1 or n = 0): no bandwidth
+                factor_ = cm.busbw_factor(prim, ranks) if prim in ("allreduce", "reduce_scatter", "allgather",
+                                                                     "all_to_all", "broadcast", "reduce") else None
+                rows.append({"algorithm": algo, "p": ranks, "bytes": nbytes, "size": cm.format_size(nbytes),
+                             "time_s": t, "algbw_GBps": None if bw is None else bw / 1e9,
+                             "busbw_GBps": None if factor_ is None or bw is None else bw * factor_ / 1e9})
+    if as_json:
+        print(json.dumps({"environment": environment.to_dict(), "results": rows}, indent=2, allow_nan=False))
+        return
+    from rich.table import Table
+
+    table = Table("algorithm", "p", "size", "bytes", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
+                  title=f"predicted on {environment.name}: {environment.summary()}")
+    for r in rows:
+        table.add_row(r["algorithm"], str(r["p"]), r["size"], str(r["bytes"]), f"{r['time_s'] * 1e6:.2f}",
+                      "-" if r["algbw_GBps"] is None else f"{r['algbw_GBps']:.3f}",
+                      "-" if r["busbw_GBps"] is None else f"{r['busbw_GBps']:.3f}")
+    console().print(table)
+
+
+def predict_iteration(
+    model: Annotated[str, typer.Option(help="shipped profile name (commscope list profiles) or a profile JSON file")],
+    p: Annotated[list[str], typer.Option("--p", "-p", help="workers, comma-separated or repeated: 4,8,16")],
+    schedule: Annotated[list[str], typer.Option("--schedule", help="schedule(s), comma-separated")] = ["wfbp"],  # noqa: B006
+    env: Annotated[str | None, typer.Option(help="preset name or environment JSON file")] = None,
+    collective: Annotated[str | None, typer.Option(help="collective algorithm (default: cheapest per message)")] = None,
+    compressor: Annotated[list[str], typer.Option(
+        "--compressor", help="gradient compressor(s), e.g. topk:0.01, fp16, qsgd:8 (comma-separated)")] = [],  # noqa: B006
+    option: Annotated[list[str], typer.Option(
+        "--option", help="schedule option NAME=VALUE, e.g. bucket_bytes=25MiB")] = [],  # noqa: B006
+    alpha: Annotated[float | None, typer.Option(help="latency, s (overrides --env)")] = None,
+    beta: Annotated[float | None, typer.Option(help="inverse bandwidth, s/byte (overrides --env)")] = None,
+    trace: Annotated[Path | None, typer.Option(help="write the timeline as a Chrome/Perfetto trace JSON")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Iteration time, throughput and scaling efficiency of training schedules."""
+    environment = resolve_env(env, alpha, beta, None)
+    prof = load_model_profile(model)
+    names = [x.strip() for s in schedule for x in s.split(",") if x.strip()]
+    for name in names:
+        cm.schedule(name)  # unknown names fail before any work
+    ranks = int_list(p, "--p")
+    opts = parse_options(option)
+    allowed = sorted({k for n in names for k in cm.schedule(n).options})
+    unused = sorted(set(opts) - set(allowed))
+    if unused:
+        raise UsageError(f"--option {', '.join(unused)}: no chosen schedule has it; theirs: "
+                         f"{', '.join(allowed) or 'none'}")
+    specs: list[str | None] = [x.strip() for c in compressor for x in c.split(",") if x.strip()] or [None]
+    rows, results = [], []
+    for name in names:
+        entry = cm.schedule(name)
+        mine = {k: v for k, v in opts.items() if k in entry.options}
+        for spec in specs:
+            for q in ranks:
+                r = cm.simulate(prof, environment, q, name, collective=collective, compressor=spec, **mine)
+                results.append(r)
+                rows.append({"model": prof.name, "schedule": name, "compressor": spec, "p": q,
+                             "iteration_s": r.iteration_time, "throughput": r.throughput, "speedup": r.speedup,
+                             "efficiency": r.scaling_efficiency, "exposed_comm_s": r.exposed_communication})
+    if trace is not None:
+        for r in results:
+            spec = r.details.get("compressor")
+            tag = r.schedule + (f".{spec.replace(':', '-')}" if spec else "")
+            path = trace if len(results) == 1 else trace.with_name(f"{trace.stem}.{tag}.p{r.p}{trace.suffix}")
+            r.timeline.save_chrome_trace(path, process=f"commscope {prof.name} {r.schedule} p={r.p}")
+    if as_json:
+        print(json.dumps({"environment": environment.to_dict(), "profile": prof.name, "results": rows}, indent=2,
+                         allow_nan=False))
+        return
+    from rich.table import Table
+
+    table = Table("schedule", "compressor", "p", "iteration (ms)", "samples/s", "speedup", "efficiency",
+                  "exposed comm (ms)",
+                  title=f"{prof.name} (batch {prof.batch_size}, {prof.origin} on {prof.device}) on {environment.name}")
+    for r in rows:
+        table.add_row(r["schedule"], r["compressor"] or "-", str(r["p"]), f"{r['iteration_s'] * 1e3:.2f}",
+                      f"{r['throughput']:.1f}",
+                      f"{r['speedup']:.2f}", f"{r['efficiency']:.3f}", f"{r['exposed_comm_s'] * 1e3:.2f}")
+    console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``predict`` group and its four commands."""
+    predict_app = typer.Typer(help="Predict times from the cost models.", no_args_is_help=True)
+    predict_app.command("collective")(predict_collective)
+    predict_app.command("iteration")(predict_iteration)
+    predict_app.command("convergence")(predict_convergence.predict_convergence)
+    predict_app.command("tta")(predict_convergence.predict_tta)
+    app.add_typer(predict_app, name="predict")

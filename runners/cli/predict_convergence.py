@@ -1,0 +1,180 @@
+"""``commscope predict convergence`` and ``commscope predict tta``: iterations each convergence bound needs to
+reach eps, and time to accuracy (those iterations times the cost model's iteration time)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+
+import costmodels as cm
+
+from .common import UsageError, console, finite_or_none, int_list, load_model_profile, parse_constants, resolve_env
+
+CONSTANT_FLAGS = ("L", "sigma", "Delta", "n", "H", "tau", "s", "zeta", "gap", "delta", "omega", "mu")
+
+
+def _flag(name: str) -> str:
+    return f"--{name}" if name in CONSTANT_FLAGS else f"--constant {name}=VALUE"
+
+
+def _count(x: float | None) -> str:
+    return "never" if x is None or not np.isfinite(x) else f"{x:,.0f}"
+
+
+def predict_convergence(
+    eps: Annotated[float, typer.Option(help="target of the bound's metric, e.g. 1e-3")],
+    bound: Annotated[list[str], typer.Option("--bound", help="bound name(s), comma-separated (default: all)")] = [],  # noqa: B006
+    L: Annotated[float | None, typer.Option("--L", help="smoothness (default 1)")] = None,
+    sigma: Annotated[float | None, typer.Option("--sigma", help="gradient noise per worker (default 1)")] = None,
+    Delta: Annotated[float | None, typer.Option("--Delta", help="f(x0) - f* (default 1)")] = None,
+    n: Annotated[int | None, typer.Option("--n", help="workers (default 16)")] = None,
+    H: Annotated[float | None, typer.Option("--H", help="local steps between averagings (default 8)")] = None,
+    tau: Annotated[float | None, typer.Option("--tau", help="maximum delay in updates (default n - 1)")] = None,
+    s: Annotated[float | None, typer.Option("--s", help="staleness in clocks (default 1)")] = None,
+    zeta: Annotated[float | None, typer.Option("--zeta", help="heterogeneity (default 0)")] = None,
+    gap: Annotated[float | None, typer.Option("--gap", help="spectral gap of the mixing matrix")] = None,
+    topology: Annotated[str | None, typer.Option(
+        "--topology", help="gossip topology giving the gap at n: ring (default), torus, exponential, complete")] = None,
+    delta: Annotated[float | None, typer.Option("--delta", help="contraction of a biased compressor")] = None,
+    omega: Annotated[float | None, typer.Option("--omega", help="variance of an unbiased compressor")] = None,
+    mu: Annotated[float | None, typer.Option("--mu", help="strong convexity")] = None,
+    constant: Annotated[list[str], typer.Option(
+        "--constant", help="any other constant NAME=VALUE, e.g. D0=1 (repeatable)")] = [],  # noqa: B006
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Iterations, stochastic-gradient queries and step size at which convergence bounds reach eps."""
+    import convergence as cv
+
+    if not np.isfinite(eps) or eps <= 0:
+        raise UsageError(f"--eps must be a finite number > 0, got {eps!r}")
+    explicit = [x.strip() for b in bound for x in b.split(",") if x.strip()]
+    chosen = [cv.bound(x) for x in explicit] if explicit else [cv.bound(x) for x in cv.bounds()]
+    flags = {"L": L, "sigma": sigma, "Delta": Delta, "n": n, "H": H, "tau": tau, "s": s, "zeta": zeta, "gap": gap,
+             "delta": delta, "omega": omega, "mu": mu}
+    given = {k: float(v) for k, v in flags.items() if v is not None}
+    for k, v in parse_constants(constant).items():
+        if k in given:
+            raise UsageError(f"{k} is given twice (--{k} and --constant {k}=...)")
+        given[k] = v
+    if "gap" in given and topology is not None:
+        raise UsageError("give --gap or --topology, not both")
+    takes = {x.name for b in chosen for x in b.assumptions}
+    unused = sorted(set(given) - takes) + (["topology"] if topology is not None and "gap" not in takes else [])
+    if unused:
+        raise UsageError(f"{', '.join(_flag(k) for k in unused)}: no chosen bound takes it; they take "
+                         f"{', '.join(sorted(takes))}")
+    workers = int(given.get("n", 16))
+    defaults: dict[str, float] = {"L": 1.0, "sigma": 1.0, "Delta": 1.0, "n": workers, "H": 8, "tau": workers - 1,
+                                  "s": 1}
+    if "gap" in takes and "gap" not in given:
+        defaults["gap"] = cv.spectral_gap(topology or "ring", workers)
+    rows = []
+    for b in chosen:
+        names = [x.name for x in b.assumptions]
+        values = {k: given[k] if k in given else defaults[k] for k in names if k in given or k in defaults}
+        missing = [k for k in names if k not in values and k not in b.defaults]
+        row: dict[str, Any] = {"bound": b.name, "setting": b.setting, "kind": b.kind, "measure": b.measure,
+                               "constants": values, "iterations": None, "queries": None, "step_size": None,
+                               "source": b.source, "note": ""}
+        rows.append(row)
+        if missing:
+            row["note"] = f"needs {', '.join(_flag(k) for k in missing)}"
+            if explicit:
+                raise UsageError(f"bound {b.name} {row['note']} (it takes {', '.join(names)})")
+            continue
+        try:
+            t = float(b.iterations_to(eps, **values))
+            queries = float(b.queries_to(eps, **values))
+        except cm.CommscopeError as exc:
+            if explicit:
+                raise
+            row["note"] = str(exc)
+            continue
+        row["iterations"], row["queries"] = t, queries
+        if np.isfinite(t):
+            try:
+                row["step_size"] = float(b.step_size(t, **values))
+            except NotImplementedError:  # a lower bound has no step of its own
+                pass
+    if as_json:
+        out = [{**r, "iterations": finite_or_none(r["iterations"]), "queries": finite_or_none(r["queries"]),
+                "step_size": finite_or_none(r["step_size"])} for r in rows]
+        print(json.dumps({"eps": eps, "results": out}, indent=2, allow_nan=False))
+        return
+    from rich.table import Table
+
+    table = Table("bound", "setting", "iterations to eps", "SG queries", "step size", "source",
+                  title=f"convergence bounds at eps = {eps:g}")
+    for r in rows:
+        if r["note"] and r["iterations"] is None:
+            table.add_row(r["bound"], r["setting"], r["note"], "-", "-", r["source"])
+            continue
+        kind = " (lower bound)" if r["kind"] == "lower" else ""
+        table.add_row(r["bound"] + kind, r["setting"], _count(r["iterations"]), _count(r["queries"]),
+                      "-" if finite_or_none(r["step_size"]) is None else f"{r['step_size']:.4g}", r["source"])
+    console().print(table)
+
+
+def predict_tta(
+    model: Annotated[str, typer.Option(help="shipped profile name (commscope list profiles) or a profile JSON file")],
+    p: Annotated[list[str], typer.Option("--p", "-p", help="workers, comma-separated or repeated: 8,32")],
+    eps: Annotated[float, typer.Option(help="target of the bounds' metric (average squared gradient norm)")],
+    env: Annotated[str | None, typer.Option(help="preset name or environment JSON file")] = None,
+    algorithms: Annotated[list[str], typer.Option(
+        "--algorithms", "-a", help="algorithms as name or name:value, comma-separated, e.g. sgd,local_sgd:16,"
+                                   "topk:0.001,dpsgd:torus (default: every one with a registered bound)")] = [],  # noqa: B006
+    L: Annotated[float | None, typer.Option("--L", help="smoothness (default 1)")] = None,
+    sigma: Annotated[float | None, typer.Option("--sigma", help="gradient noise per worker (default 1)")] = None,
+    Delta: Annotated[float | None, typer.Option("--Delta", help="f(x0) - f* (default 1)")] = None,
+    zeta: Annotated[float | None, typer.Option("--zeta", help="heterogeneity (default 0)")] = None,
+    mu: Annotated[float | None, typer.Option("--mu", help="strong convexity (strongly convex bounds)")] = None,
+    constant: Annotated[list[str], typer.Option(
+        "--constant", help="any other problem constant NAME=VALUE (repeatable)")] = [],  # noqa: B006
+    alpha: Annotated[float | None, typer.Option(help="latency, s (overrides --env)")] = None,
+    beta: Annotated[float | None, typer.Option(help="inverse bandwidth, s/byte (overrides --env)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+) -> None:
+    """Time to accuracy: iterations each algorithm's bound needs to reach eps, times its predicted iteration time."""
+    from convergence.tta import format_duration, time_to_accuracy
+
+    environment = resolve_env(env, alpha, beta, None)
+    prof = load_model_profile(model)
+    ranks = int_list(p, "--p")
+    names = [x.strip() for a in algorithms for x in a.split(",") if x.strip()] or None
+    constants = {k: v for k, v in (("L", L), ("sigma", sigma), ("Delta", Delta), ("zeta", zeta), ("mu", mu))
+                 if v is not None}
+    for k, v in parse_constants(constant).items():
+        if k in constants:
+            raise UsageError(f"{k} is given twice (--{k} and --constant {k}=...)")
+        constants[k] = v
+    r = time_to_accuracy(prof, environment, ranks, eps, names, **constants)
+    rows = r.rows()
+    summaries = [r.summary(j) for j in range(len(r.p))]
+    if as_json:
+        out = [{**x, "iterations": finite_or_none(x["iterations"]), "seconds": finite_or_none(x["seconds"]),
+                "ratio_to_best": finite_or_none(x["ratio_to_best"])} for x in rows]
+        winners = [{"p": int(q), "winner": r.algorithms[w] if w >= 0 else None,
+                    "margin": finite_or_none(float(r.margin[j])), "summary": summaries[j]}
+                   for j, (q, w) in enumerate(zip(r.p, r.winner, strict=True))]
+        print(json.dumps({"environment": environment.to_dict(), "profile": prof.name, "eps": eps,
+                          "constants": dict(r.constants), "results": out, "winners": winners}, indent=2,
+                         allow_nan=False))
+        return
+    from rich.table import Table
+
+    out = console()
+    for j, q in enumerate(r.p):
+        table = Table("algorithm", "bound", "iterations", "s/iteration", "time to eps", "ratio to best",
+                      title=f"time to eps = {eps:g}: {prof.name} on {environment.name}, p = {int(q)}")
+        for x in rows[j * len(r.algorithms):(j + 1) * len(r.algorithms)]:
+            ratio = x["ratio_to_best"]
+            table.add_row(x["algorithm"] + (" *" if x["winner"] else ""), x["bound"], _count(x["iterations"]),
+                          f"{x['seconds_per_iteration']:.4g}", format_duration(x["seconds"]),
+                          "-" if not np.isfinite(ratio) else f"{ratio:.3g}x")
+        out.print(table)
+        out.print(summaries[j])
+    for name, note in {x["algorithm"]: x["note"] for x in rows if x["note"]}.items():
+        out.print(f"note: {name}: {note}")

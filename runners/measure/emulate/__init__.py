@@ -1,0 +1,45 @@
+"""An emulated cluster on one Linux machine: network namespaces, veth pairs, a bridge and tc shaping. Created by
+:mod:`.cluster` (namespaces in :mod:`.namespaces`, links shaped as :mod:`.shaping` says, the host's ceiling from
+:mod:`.ceiling`, the machine's tools in :mod:`.system`); :mod:`.nodes` runs and supervises the nodes' commands."""
+
+from __future__ import annotations
+
+from .ceiling import (
+    CACHE_SCHEMA,
+    CEILING_MAX_AGE_S,
+    CEILING_PROBE_S,
+    CEILING_WARN_FRACTION,
+    cache_dir,
+    host_ceiling,
+    tcp_throughput,
+)
+from .cluster import MAX_MTU, MAX_NODES, MIN_MTU, build_spec, create_cluster, emulated_cluster
+from .namespaces import BRIDGE, DEFAULT_MASTER_PORT, INTERFACE, STOP_GRACE_S, SUBNET, EmulatedCluster, list_namespaces
+from .nodes import forward, supervise
+from .shaping import (
+    BURST_SECONDS,
+    L2_HEADER,
+    MIN_BURST_FRAMES,
+    MIN_QUEUE_FRAMES,
+    MIN_RATE_BPS,
+    NETEM_LIMIT_PACKETS,
+    QUEUE_SECONDS,
+    TCP_IP_HEADERS,
+    expected_beta,
+    format_rate,
+    netem_available,
+    parse_delay,
+    parse_rate,
+    require_netem,
+    tbf_params,
+    wire_overhead,
+)
+from .system import EmulationError, require_root, require_tools
+
+__all__ = ["BRIDGE", "BURST_SECONDS", "CACHE_SCHEMA", "CEILING_MAX_AGE_S", "CEILING_PROBE_S", "CEILING_WARN_FRACTION",
+           "DEFAULT_MASTER_PORT", "INTERFACE", "L2_HEADER", "MAX_MTU", "MAX_NODES", "MIN_BURST_FRAMES", "MIN_MTU",
+           "MIN_QUEUE_FRAMES", "MIN_RATE_BPS", "NETEM_LIMIT_PACKETS", "QUEUE_SECONDS", "STOP_GRACE_S", "SUBNET",
+           "TCP_IP_HEADERS", "EmulatedCluster", "EmulationError", "build_spec", "cache_dir", "create_cluster",
+           "emulated_cluster", "expected_beta", "format_rate", "forward", "host_ceiling", "list_namespaces",
+           "netem_available", "parse_delay", "parse_rate", "require_netem", "require_root", "require_tools",
+           "supervise", "tbf_params", "tcp_throughput", "wire_overhead"]

@@ -1,0 +1,16 @@
+"""Fitting an environment (alpha, beta, gamma; an intra-node link too) to measured collective times: the records
+(:mod:`.records`), least squares (:mod:`.least_squares`) where identifiable (:mod:`.identify`), model selection
+(:mod:`.selection`), the two-regime fit (:mod:`.two_regimes`), prediction errors (:mod:`.prediction`), results."""
+
+from __future__ import annotations
+
+from .identify import ORDER, SEPARATION_MIN
+from .prediction import DEFAULT_P1_BYTES, PredictionErrors, prediction_errors
+from .records import STATISTICS, record_time
+from .result import METHOD, PARAMS, UNITS, Candidate, FitResult, FittedParameter
+from .selection import MAX_COMBINATIONS, fit
+from .two_regimes import BANDWIDTH_FROM, LATENCY_BELOW, fit_two_regimes
+
+__all__ = ["BANDWIDTH_FROM", "DEFAULT_P1_BYTES", "LATENCY_BELOW", "MAX_COMBINATIONS", "METHOD", "ORDER", "PARAMS",
+           "SEPARATION_MIN", "STATISTICS", "UNITS", "Candidate", "FitResult", "FittedParameter", "PredictionErrors",
+           "fit", "fit_two_regimes", "prediction_errors", "record_time"]

@@ -1,0 +1,154 @@
+"""The records a fit uses: read from files, a ``Loaded`` or dicts, chosen by primitive and size, the time
+taken of each (:func:`record_time`) and their layout.
+
+Two levels: records with several ranks per node spanning several nodes fit the inter-node link; records
+from within one node (p <= ranks per node) fit the intra-node link; without them the intra-node link
+is not identifiable and is set equal to the inter-node one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import costmodels as cm
+from costmodels.errors import CommscopeError
+from runners import results as rs
+
+
+def _primitives(primitive: str | Sequence[str]) -> tuple[str, ...]:
+    items = primitive.split(",") if isinstance(primitive, str) else list(primitive)
+    prims = tuple(dict.fromkeys(x.strip() for x in items if isinstance(x, str) and x.strip()))
+    if not prims:
+        raise CommscopeError(f"primitive must name at least one primitive, got {primitive!r}")
+    for q in prims:
+        if q not in cm.PRIMITIVES:
+            raise CommscopeError(f"no cost models for primitive {q!r}; modelled primitives: {', '.join(cm.PRIMITIVES)}")
+    return prims
+
+
+def _is_paths(x: Any) -> bool:
+    if isinstance(x, (str, os.PathLike)):
+        return True
+    return isinstance(x, Sequence) and bool(x) and all(isinstance(e, (str, os.PathLike)) for e in x)
+
+
+def _gather(records: Any) -> tuple[list[tuple[dict[str, Any], str | None]], list[rs.BadLine], list[str]]:
+    """(record, file) pairs, bad lines, file names, from paths, a Loaded or a list of records."""
+    if _is_paths(records):
+        paths = [records] if isinstance(records, (str, os.PathLike)) else list(records)
+        pairs: list[tuple[dict[str, Any], str | None]] = []
+        bad: list[rs.BadLine] = []
+        for path in paths:
+            loaded = rs.load(path)
+            pairs += [(r, str(path)) for r in loaded.records]
+            bad += loaded.bad
+        return pairs, bad, [str(x) for x in paths]
+    if isinstance(records, rs.Loaded):
+        return [(r, None) for r in records.records], list(records.bad), []
+    if isinstance(records, Mapping) and records and all(isinstance(v, rs.Loaded) for v in records.values()):
+        pairs = [(r, str(path)) for path, loaded in records.items() for r in loaded.records]
+        return pairs, [b for loaded in records.values() for b in loaded.bad], [str(p) for p in records]
+    if isinstance(records, Mapping) or not isinstance(records, Sequence):
+        raise CommscopeError("records must be a list of result records, a results.Loaded, or results file path(s)")
+    out = []
+    for r in records:
+        if not isinstance(r, Mapping):
+            raise CommscopeError(f"records must be result records (dicts), got {type(r).__name__}")
+        out.append((dict(r), None))
+    return out, [], []
+
+
+@dataclass
+class _Data:
+    prim: np.ndarray
+    n: np.ndarray
+    p: np.ndarray
+    rpn: np.ndarray
+    y: np.ndarray
+    runs: list[dict[str, Any]]
+    files: list[str | None]
+
+
+STATISTICS = ("median", "mean")
+
+
+def record_time(record: dict[str, Any], statistic: str = "median") -> float:
+    """A collective record's time: its median (``time_s``), or the mean of its per-iteration ``times``.
+
+    The mean is what a chain of many messages costs per message (sum of n draws ~ n x mean): on
+    shared cores a small message's time is bimodal (0.2 ms usually, 4 ms one time in five, measured
+    with 2 gloo ranks on 2 cores), so its median understates what 47 of them take back to back.
+    Records without ``times`` (imported nccl-tests logs) keep ``time_s``.
+    """
+    if statistic not in STATISTICS:
+        raise CommscopeError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
+    times = record["result"].get("times")
+    if statistic == "mean" and isinstance(times, list) and times:
+        return float(np.mean(times))
+    return float(record["result"]["time_s"])
+
+
+def _select(pairs: list[tuple[dict[str, Any], str | None]], prims: tuple[str, ...], min_bytes: int,
+            bad: list[rs.BadLine], paths: list[str], statistic: str = "median") -> tuple[_Data, list[str]]:
+    notes: list[str] = []
+    where = f" in {', '.join(paths)}" if paths else ""
+    coll = [(r, f) for r, f in pairs if r.get("kind") == "collective"]
+    if not pairs:
+        extra = f" ({len(bad)} bad line(s), first: {bad[0]})" if bad else ""
+        raise CommscopeError(f"no valid records{where}{extra}")
+    chosen = [(r, f) for r, f in coll if r["config"].get("op") in prims]
+    if not chosen:
+        found = Counter(r["config"].get("op") for r, _ in coll)
+        kinds = Counter(r.get("kind") for r, _ in pairs)
+        what = (", ".join(f"{op} ({k})" for op, k in sorted(found.items())) if found
+                else "no collective records; kinds: " + ", ".join(f"{k} ({v})" for k, v in sorted(kinds.items())))
+        raise CommscopeError(f"no {'/'.join(prims)} records{where}; found: {what}")
+    ones = [x for x in chosen if int(x[0]["run"]["world_size"]) < 2]
+    if ones:
+        notes.append(f"skipped {len(ones)} record(s) with world size 1 (nothing crosses a link)")
+    chosen = [x for x in chosen if int(x[0]["run"]["world_size"]) >= 2]
+    small = [x for x in chosen if int(x[0]["config"]["bytes"]) < min_bytes]
+    if small:
+        notes.append(f"skipped {len(small)} record(s) below the minimum size {cm.format_size(min_bytes)}")
+    chosen = [x for x in chosen if int(x[0]["config"]["bytes"]) >= min_bytes]
+    if not chosen:
+        raise CommscopeError(f"no {'/'.join(prims)} records{where} with world size >= 2 and at least "
+                             f"{cm.format_size(min_bytes)}")
+    for key, what in (("network", "emulated networks"), ("backend", "backends")):
+        seen = {json.dumps(r["run"].get(key), sort_keys=True) for r, _ in chosen}
+        if len(seen) > 1:
+            raise CommscopeError(f"the records come from {len(seen)} different {what} ({'; '.join(sorted(seen))}); "
+                                 "one environment cannot describe them: fit them separately")
+    data = _Data(
+        prim=np.array([r["config"]["op"] for r, _ in chosen], dtype=object),
+        n=np.array([float(r["config"]["bytes"]) for r, _ in chosen]),
+        p=np.array([int(r["run"]["world_size"]) for r, _ in chosen], dtype=np.int64),
+        rpn=np.array([int(r["run"]["ranks_per_node"]) for r, _ in chosen], dtype=np.int64),
+        y=np.array([record_time(r, statistic) for r, _ in chosen]),
+        runs=[r["run"] for r, _ in chosen], files=[f for _, f in chosen])
+    return data, notes
+
+
+def _layout(d: _Data) -> int:
+    """Ranks per node of a two-level environment (1 for one level); errors for layouts one env cannot hold."""
+    multi = d.p > d.rpn
+    if not multi.any():
+        return 1  # one node: the only link is the one inside it
+    gs = sorted(set(d.rpn[multi].tolist()))
+    if len(gs) > 1:
+        raise CommscopeError(f"the multi-node records have different ranks per node ({', '.join(map(str, gs))}); "
+                             "one environment has one gpus_per_node: fit them separately")
+    g = gs[0]
+    over = (~multi) & (d.p > g)
+    if over.any():
+        raise CommscopeError(
+            f"single-node records of {int(d.p[over][0])} ranks do not fit an environment whose nodes hold "
+            f"{g} rank(s) (the multi-node records' ranks per node); fit them separately")
+    return g

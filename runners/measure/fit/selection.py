@@ -1,0 +1,208 @@
+"""Model selection: :func:`fit` fits every candidate algorithm (one per primitive) by least squares and
+ranks them by AIC; the best one's environment is the result.
+
+``fit(records, "allreduce", "ring_allreduce")`` finds the parameters of the algorithm's cost model
+that best explain the measurements (:mod:`.least_squares`); with ``"auto"`` every registered
+algorithm valid for the records is tried, and those within 2 of the best AIC are named as
+indistinguishable from it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import costmodels as cm
+from costmodels.analysis import default_candidates
+from costmodels.errors import CommscopeError
+
+from .identify import _SkipError
+from .least_squares import _env, _Fit, _fit_one
+from .records import STATISTICS, _Data, _gather, _layout, _primitives, _select
+from .result import METHOD, Candidate, FitResult
+
+MAX_COMBINATIONS = 500
+
+
+def _candidates(prims: tuple[str, ...], algorithm: str | Sequence[str] | None) -> dict[str, list[str]]:
+    """Algorithms to try for each primitive: the named one, or every candidate (``auto``)."""
+    if algorithm is None:
+        names: list[str] = []
+        for q in prims:
+            names.append(f"ring_{q}" if f"ring_{q}" in cm.COLLECTIVES else "auto")
+    elif isinstance(algorithm, str):
+        names = [x.strip() for x in algorithm.split(",") if x.strip()]
+    else:
+        names = [str(x).strip() for x in algorithm if str(x).strip()]
+    if not names:
+        raise CommscopeError(f"algorithm must be 'auto' or algorithm name(s), got {algorithm!r}")
+    allowed = ["auto"] + [a for q in prims for a in default_candidates(q)]
+    out: dict[str, list[str]] = {}
+    for name in names:
+        if name.lower() == "auto":
+            continue
+        if name not in cm.COLLECTIVES:
+            raise CommscopeError(f"unknown algorithm {name!r} for {', '.join(prims)}; allowed: {', '.join(allowed)}")
+        c = cm.collective(name)
+        if c.primitive not in prims:
+            raise CommscopeError(f"{c.name} implements {c.primitive}, but the primitive(s) fitted are "
+                                 f"{', '.join(prims)}; allowed: {', '.join(allowed)}")
+        if c.is_lower_bound:
+            raise CommscopeError(f"{c.name} is a lower bound, not an algorithm; allowed: {', '.join(allowed)}")
+        if c.primitive in out:
+            raise CommscopeError(f"two algorithms for {c.primitive}: {out[c.primitive][0]} and {c.name}; give one")
+        out[c.primitive] = [c.name]
+    for q in prims:
+        if q not in out:
+            out[q] = default_candidates(q)
+            if not out[q]:
+                raise CommscopeError(f"no algorithms registered for {q}")
+    return out
+
+
+def _gamma(gamma: Any) -> float | None:
+    """None for 'auto' (fit when identifiable), else the fixed value."""
+    if isinstance(gamma, str):
+        if gamma.strip().lower() == "auto":
+            return None
+        try:
+            gamma = float(gamma)
+        except ValueError:
+            raise CommscopeError(f"gamma must be 'auto' or a number of s/byte >= 0, got {gamma!r}") from None
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not math.isfinite(gamma) or gamma < 0:
+        raise CommscopeError(f"gamma must be 'auto' or a number of s/byte >= 0, got {gamma!r}")
+    return float(gamma)
+
+
+def _files(paths: list[str], used: _Data, total: Mapping[str, int]) -> list[dict[str, Any]]:
+    used_count = Counter(f for f in used.files if f is not None)
+    return [{"path": p, "records": used_count.get(p, 0), "records_in_file": total.get(p, 0)} for p in paths]
+
+
+def _run_info(d: _Data, g: int) -> dict[str, Any]:
+    run = dict(d.runs[0])
+    run["world_size"] = int(d.p.max())
+    run["ranks_per_node"] = int(g if g > 1 else d.rpn.max())
+    run["world_sizes"] = sorted(set(d.p.tolist()))
+    return run
+
+
+def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: str | Sequence[str] | None = None, *,
+        min_bytes: int | str = 0, gamma: Any = "auto", name: str | None = None, statistic: str = "median"
+        ) -> FitResult:
+    """Fit the environment of a cost model to measured collective records.
+
+    Args:
+        records: result records (dicts), a :class:`runners.results.Loaded`, results file path(s), or a
+            mapping of file name to the ``Loaded`` read from it; bad lines are kept in ``FitResult.bad``.
+        primitive: the primitive(s) fitted together, e.g. ``"allreduce"`` or ``"allreduce,allgather"``
+            (one link: their records share alpha, beta and gamma).
+        algorithm: an algorithm name per primitive (comma-separated), or ``"auto"`` to fit every
+            registered algorithm valid for the records' p and rank them (AIC, RMS relative error).
+            A primitive left without one is ``auto``. Default: ``ring_<primitive>`` where registered.
+        min_bytes: records smaller than this are left out (bytes, or a size such as ``"64KiB"``).
+        gamma: ``"auto"`` (fitted where the design separates it from beta, else fixed at 0 with the
+            reason) or a fixed value in s/byte.
+        name: the environment's name (default ``fitted:<file stems>``).
+        statistic: the time of a record fitted: ``"median"`` (``time_s``) or ``"mean"`` of its
+            per-iteration times (see :func:`record_time`).
+    """
+    if statistic not in STATISTICS:
+        raise CommscopeError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
+    prims = _primitives(primitive)
+    cands = _candidates(prims, algorithm)
+    gamma_fixed = _gamma(gamma)
+    try:
+        min_b = cm.parse_size(min_bytes)
+    except CommscopeError as exc:
+        raise CommscopeError(f"min_bytes: {exc}") from None
+    pairs, bad, paths = _gather(records)
+    d, notes = _select(pairs, prims, min_b, bad, paths, statistic)
+    if statistic == "mean":
+        notes.append("fitted to the mean of each record's per-iteration times (the cost of messages back to back)")
+    sizes = sorted(set(d.n.tolist()))
+    if len(sizes) < 2:
+        raise CommscopeError(f"all {len(d.y)} {'/'.join(prims)} record(s) have one size ({cm.format_size(sizes[0])}):"
+                             " alpha and beta are not separable; measure at least two sizes (a sweep from a few KiB "
+                             "to many MiB)")
+    g = _layout(d)
+    present = [q for q in prims if (d.prim == q).any()]
+    missing = [q for q in prims if q not in present]
+    if missing:
+        notes.append(f"no records of {', '.join(missing)}")
+    combos = list(itertools.product(*(cands[q] for q in present)))
+    if len(combos) > MAX_COMBINATIONS:
+        raise CommscopeError(f"{len(combos)} algorithm combinations to try (more than {MAX_COMBINATIONS}); name the "
+                             "algorithm of some primitives")
+    fits: list[_Fit] = []
+    ranking: list[Candidate] = []
+    errors: list[str] = []
+    for combo in combos:
+        algos = dict(zip(present, combo, strict=True))
+        label = "+".join(combo)
+        try:
+            f = _fit_one(d, algos, g, gamma_fixed)
+        except _SkipError as exc:
+            ranking.append(Candidate(label, algos, skipped=str(exc)))
+            errors.append(str(exc))
+            continue
+        fits.append(f)
+        ranking.append(Candidate(label, algos, float(np.sqrt(np.mean(f.rel**2))), float(np.max(np.abs(f.rel))),
+                                 f.aic, f.k))
+    if not fits:  # every candidate was skipped: say why
+        if len(combos) == 1:
+            raise CommscopeError(errors[0])
+        raise CommscopeError("no candidate algorithm fits these records: " + "; ".join(errors))
+    best = min(fits, key=lambda f: f.aic)
+    ranked = sorted((c for c in ranking if not c.skipped), key=lambda c: float(c.aic or 0.0))
+    delta = [float(c.aic or 0.0) - best.aic for c in ranked]
+    ranking = [Candidate(c.algorithm, c.algorithms, c.rms_rel_error, c.max_rel_error, c.aic, c.parameters, "", dl,
+                         "best" if i == 0 else ("indistinguishable from the best (delta AIC < 2)" if dl < 2 else ""))
+               for i, (c, dl) in enumerate(zip(ranked, delta, strict=True))] + [c for c in ranking if c.skipped]
+    best_label = "+".join(best.algos[q] for q in present)
+    verdict = ""
+    if len(ranked) > 1:
+        runner = ranked[1]
+        ties = [c.algorithm for c in ranking[1:] if c.note.startswith("indistinguishable")]
+        verdict = (f"{best_label} explains the data best (RMS relative error {ranked[0].rms_rel_error:.2%}; next "
+                   f"{runner.algorithm} {runner.rms_rel_error:.2%}, delta AIC {ranking[1].delta_aic:.1f})")
+        if ties:
+            verdict += (f"; {', '.join(ties)} explain(s) it as well (delta AIC < 2): these records cannot tell them "
+                        "apart")
+    absolute = np.abs(best.rel)
+    y, pred = d.y, best.pred
+    r2 = 1.0 - float(np.sum((pred - y) ** 2) / np.sum((y - y.mean()) ** 2))
+    ly = np.log(y)
+    r2_log = 1.0 - float(np.sum((np.log(pred) - ly) ** 2) / np.sum((ly - ly.mean()) ** 2))
+    # files, network
+    total = Counter(f for _, f in pairs if f is not None)
+    files = _files(paths, d, total)
+    nets = [r.get("network") for r in d.runs]
+    network = nets[0] if nets else None
+    stems = "+".join(Path(p).stem for p in paths) if paths else "records"
+    res = FitResult(
+        environment=cm.Environment(alpha=1.0, beta=1.0),  # replaced below, once the metadata is known
+        primitives=tuple(present), algorithms=dict(best.algos), parameters=best.params, r2=r2, r2_log=r2_log,
+        rms_rel_error=float(np.sqrt(np.mean(best.rel**2))), median_rel_error=float(np.median(absolute)),
+        max_rel_error=float(np.max(absolute)), aic=best.aic, condition_number=best.cond,
+        residuals=[{"primitive": str(q), "algorithm": best.algos[str(q)], "bytes": int(n_), "p": int(p_),
+                    "ranks_per_node": int(r_), "measured_s": float(m_), "predicted_s": float(t_),
+                    "rel_error": float(e_)}
+                   for q, n_, p_, r_, m_, t_, e_ in zip(d.prim, d.n, d.p, d.rpn, d.y, pred, best.rel, strict=True)],
+        ranking=ranking if len(combos) > 1 else [], files=files, notes=notes, bad=bad, two_level=g > 1,
+        ranks_per_node=g, world_sizes=sorted(set(d.p.tolist())), network=network, run=_run_info(d, g),
+        min_bytes=min_b, verdict=verdict)
+    env = _env(best.theta, g)
+    description = (f"{res.algorithm} fitted to {res.records} {'/'.join(present)} record(s) of {stems} "
+                   f"(p = {', '.join(map(str, res.world_sizes))}): RMS relative error {res.rms_rel_error:.2%}, "
+                   f"max {res.max_rel_error:.2%}, R^2 {r2:.5f}")
+    source = "commscope fit of " + (", ".join(paths) if paths else "records") + f": {METHOD}"
+    res.environment = env.with_(name=name or f"fitted:{stems}", description=description, source=source,
+                                metadata=res.metadata())
+    return res

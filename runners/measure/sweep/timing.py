@@ -1,0 +1,140 @@
+"""Timing one prepared collective, and probing which ops the backend has.
+
+Timing: on GPUs (NCCL), CUDA events around each timed iteration; on CPUs (gloo, whose calls are
+synchronous), a barrier, then ``time.perf_counter`` around the call. Each iteration's time is the
+maximum over ranks (one MAX all-reduce after the timed loop, so it adds nothing to what is timed);
+the record keeps the median (``time_s``), p10, p90, min and every iteration's time. ``--check``
+counts the wrong output elements after the timed loop (see :mod:`.patterns`).
+
+Where the backend lacks an op (a tiny probe call at start raises), the documented equivalent is
+used, said once in the output and recorded as ``config.equivalent``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from runners.torchrun.rank import Context
+
+from .calls import Prepared, build
+from .options import EQUIVALENTS, describe, round_size
+
+
+@dataclass
+class Measurement:
+    """Per-iteration times (max over ranks, seconds) and their summary, with the wrong-element count."""
+
+    times: list[float]
+    wrong: int
+    checked: bool
+
+    def _q(self, q: float) -> float:
+        s = sorted(self.times)
+        pos = (len(s) - 1) * q
+        lo, hi = math.floor(pos), math.ceil(pos)
+        return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+    @property
+    def median(self) -> float:
+        return self._q(0.5)
+
+    @property
+    def p10(self) -> float:
+        return self._q(0.1)
+
+    @property
+    def p90(self) -> float:
+        return self._q(0.9)
+
+    @property
+    def min(self) -> float:
+        return min(self.times)
+
+
+def measure(ctx: Context, prep: Prepared, warmup: int, iters: int, check: bool = False) -> Measurement:
+    """Time ``iters`` calls after ``warmup`` ones; each iteration's time is the maximum over ranks.
+
+    sendrecv: rank 0's round trip halved (the other ranks only wait). Raises whatever the backend
+    raises; a call that outlives the context's timeout ends the process (see :class:`_Watchdog`).
+    """
+    t, dist, dog = ctx.torch, ctx.dist, ctx.watchdog
+    what = describe(prep.op, prep.nbytes)
+    call, prepare, barrier, arm = prep.call, prep.prepare, dist.barrier, dog.arm
+    counted = prep.op != "sendrecv" or ctx.rank == 0
+    elapsed: list[float] = []
+    if ctx.cuda:
+        events = [(t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)) for _ in range(iters)]
+        for i in range(warmup + iters):
+            if prepare is not None:
+                prepare()
+            arm(what)
+            barrier()
+            if i < warmup:
+                call()
+                continue
+            start, end = events[i - warmup]
+            start.record()
+            call()
+            end.record()
+        arm(what)
+        t.cuda.synchronize(ctx.device)
+        elapsed = [s.elapsed_time(e) / 1e3 for s, e in events]
+    else:
+        clock = time.perf_counter
+        for i in range(warmup + iters):
+            if prepare is not None:
+                prepare()
+            arm(what)
+            barrier()
+            t0 = clock()
+            call()
+            t1 = clock()
+            if i >= warmup:
+                elapsed.append(t1 - t0)
+    if not counted:
+        elapsed = [0.0] * iters
+    arm(what)
+    times = t.tensor(elapsed, dtype=t.float64, device=ctx.device)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    per_iter = [float(x) * (0.5 if prep.op == "sendrecv" else 1.0) for x in times.cpu().tolist()]
+    wrong = 0
+    if check:
+        arm(what + " (checking the result)")
+        mine = t.tensor([prep.verify()], dtype=t.int64, device=ctx.device)
+        dist.all_reduce(mine)
+        wrong = int(mine.item())
+    dog.disarm()
+    return Measurement(per_iter, wrong, check)
+
+
+def probe(ctx: Context, ops: Sequence[str], dtype: str, use_equivalent: Sequence[str] = (),
+          ) -> dict[str, tuple[str, str | None]]:
+    """For each op: ("native" | "equivalent" | "unsupported", why). A tiny call of each native op tells."""
+    out: dict[str, tuple[str, str | None]] = {}
+    t = ctx.torch
+    for op in ops:
+        if op == "sendrecv" and ctx.world < 2:
+            out[op] = ("unsupported", "needs at least 2 ranks")
+            continue
+        if op in use_equivalent:
+            out[op] = ("equivalent", "asked for with --use-equivalent")
+            continue
+        reason = None
+        ctx.watchdog.arm(f"probing {op}")
+        try:
+            build(ctx, op, round_size(1, dtype, ctx.world), dtype, 0).call()
+        except (RuntimeError, NotImplementedError, ValueError) as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        ok = t.tensor([0 if reason else 1], dtype=t.int64, device=ctx.device)
+        ctx.dist.all_reduce(ok, op=ctx.dist.ReduceOp.MIN)
+        ctx.watchdog.disarm()
+        if int(ok.item()) == 1:
+            out[op] = ("native", None)
+        elif op in EQUIVALENTS:
+            out[op] = ("equivalent", f"{ctx.backend} lacks it for {dtype} ({reason or 'on another rank'})")
+        else:
+            out[op] = ("unsupported", f"{ctx.backend} lacks it for {dtype} ({reason or 'on another rank'})")
+    return out

@@ -1,0 +1,3 @@
+"""Work on torchrun ranks, both sides of it: the launcher (torchrun command lines for one node or an emulated
+cluster, run and waited for: :mod:`.launcher`) and the rank side (joining the process group, the hang watchdog,
+the one-line error protocol: :mod:`.rank`). Sweeps, training and validation all run through these two."""

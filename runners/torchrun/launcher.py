@@ -1,0 +1,81 @@
+"""The launcher side of torchrun work: the command line's ``where`` arguments (one node with ``--standalone``, or
+the nodes that ``commscope emulate`` describes in COMMSCOPE_NNODES, COMMSCOPE_NODE_RANK, COMMSCOPE_NPROC_PER_NODE,
+MASTER_ADDR and MASTER_PORT: a static rendezvous across the emulated nodes), and running torchrun to the end.
+``commscope bench collectives``, ``commscope train`` and ``commscope validate``'s jobs start their ranks here."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import typer
+
+from costmodels.errors import CommscopeError
+
+NODE_VARIABLES = ("COMMSCOPE_NNODES", "COMMSCOPE_NODE_RANK", "COMMSCOPE_NPROC_PER_NODE", "MASTER_ADDR",
+                  "MASTER_PORT")
+
+
+def _positive(env: dict[str, str], name: str, minimum: int = 1) -> int:
+    try:
+        v = int(env[name])
+    except ValueError:
+        raise CommscopeError(f"{name} must be an integer, got {env[name]!r}") from None
+    if v < minimum:
+        raise CommscopeError(f"{name} must be >= {minimum}, got {v}")
+    return v
+
+
+def launch_args(nproc: int | None, env: dict[str, str] | None = None) -> tuple[list[str], int]:
+    """torchrun's arguments for where to run, and the world size: one node (``--standalone``), or the
+    nodes that ``commscope emulate`` describes in the environment (static rendezvous)."""
+    env = dict(os.environ if env is None else env)
+    if nproc is not None and nproc < 1:
+        raise CommscopeError(f"--nproc must be >= 1, got {nproc}")
+    if env.get("COMMSCOPE_NNODES"):
+        missing = [v for v in NODE_VARIABLES if not env.get(v) and not (v == "COMMSCOPE_NPROC_PER_NODE" and nproc)]
+        if missing:
+            raise CommscopeError(f"COMMSCOPE_NNODES is set but {', '.join(missing)} not; run inside "
+                                 "`commscope emulate`, or unset COMMSCOPE_NNODES for a one-node run")
+        nnodes = _positive(env, "COMMSCOPE_NNODES")
+        node_rank = _positive(env, "COMMSCOPE_NODE_RANK", 0)
+        if node_rank >= nnodes:
+            raise CommscopeError(f"COMMSCOPE_NODE_RANK {node_rank} is not below COMMSCOPE_NNODES {nnodes}")
+        per_node = nproc if nproc is not None else _positive(env, "COMMSCOPE_NPROC_PER_NODE")
+        port = _positive(env, "MASTER_PORT")
+        return (["--nnodes", str(nnodes), "--node_rank", str(node_rank), "--nproc_per_node", str(per_node),
+                 "--master_addr", env["MASTER_ADDR"], "--master_port", str(port)], nnodes * per_node)
+    if nproc is None:
+        nproc = _gpus() or 2
+    return ["--standalone", "--nnodes", "1", "--nproc_per_node", str(nproc)], nproc
+
+
+def _gpus() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def run_torchrun(cmd: list[str], feature: str, what: str, threads: int = 1) -> None:
+    """Run a torchrun command line and wait; a non-zero exit ends the command with one error line.
+    Ctrl-C reaches torchrun too, which stops the ranks; ``threads`` sets OMP_NUM_THREADS (as torchrun
+    would, without its warning) unless the caller's environment already does."""
+    if importlib.util.find_spec("torch") is None:
+        from runners._extras import require
+
+        require("torch", feature)
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(threads))
+    proc = subprocess.Popen(cmd, env=env)
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:  # torchrun got the same SIGINT and stops the ranks
+        code = proc.wait()
+    if code != 0:
+        print(f"commscope: error: {what} ended with exit code {code} (torchrun); the messages above say why",
+              file=sys.stderr)
+        raise typer.Exit(code if code > 0 else 1)

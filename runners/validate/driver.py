@@ -1,0 +1,128 @@
+"""The suite driver: one torchrun job per environment (the host, or emulated clusters), its progress and
+failures, then every technique predicted and compared, and the report written."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from runners import results
+
+from .prediction import compare
+from .report import write_tables
+from .suite import SUITES, Suite, ValidationError, env_label, job_command, make_plan
+
+_STAGE = re.compile(r"@@ stage (\d+)/(\d+): (.*)")
+_FAILED = re.compile(r"@@ failed (\S+): (.*)")
+
+
+def run_job(cmd: Sequence[str], log: Path, on_stage: Callable[[int, int, str], None], threads: int
+            ) -> tuple[int, list[str], list[str]]:
+    """Run one environment's job, its output into ``log``; returns (exit code, failed techniques, its
+    ``commscope: error:`` lines, or its last lines where it printed none)."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
+    failed: list[str] = []
+    tail: list[str] = []
+    errors: list[str] = []
+    with open(log, "w") as fh, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                                 env=env, bufsize=1) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            fh.write(line)
+            tail = [*tail, line.rstrip()][-15:]
+            if "commscope: error:" in line:
+                errors.append(line.strip())
+            m = _STAGE.search(line)
+            if m:
+                on_stage(int(m.group(1)), int(m.group(2)), m.group(3))
+            f = _FAILED.search(line)
+            if f:
+                failed.append(f"{f.group(1)} ({f.group(2)})")
+        code = proc.wait()
+    return code, failed, errors or tail
+
+
+def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulate: Sequence[str] = (),
+             threads: int = 1, timeout: float = 300.0, ranks_per_node: int | None = None,
+             command: str = "", progress: Any = None, backend: str = "auto"
+             ) -> tuple[list[dict[str, Any]], list[str]]:
+    """Run the suite on every environment; returns (validation records, failures). See the module docstring."""
+    import costmodels as cm
+    from runners.measure.emulate import parse_rate
+
+    if isinstance(suite, Suite):
+        s = suite
+    elif suite in SUITES:
+        s = SUITES[suite]
+    else:
+        raise ValidationError(f"unknown suite {suite!r}; choose one of: {', '.join(SUITES)}")
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
+        raise ValidationError(f"--ranks must be an integer >= 2, got {ranks!r}")
+    rates: list[str | None] = [None]
+    if emulate:
+        rates = []
+        for r in emulate:
+            parse_rate(r)  # a bad rate fails before anything runs
+            rates.append(r)
+        rpn = ranks_per_node or 1
+        if ranks % rpn:
+            raise ValidationError(f"--ranks {ranks} is not a multiple of --ranks-per-node {rpn}")
+    else:
+        rpn = ranks
+    from runners.torchrun.rank import BACKENDS
+
+    if backend not in BACKENDS:
+        raise ValidationError(f"unknown --backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    outdir = Path(out)
+    if (outdir / "validation.jsonl").exists():
+        raise ValidationError(f"{outdir} already holds a validation (validation.jsonl); choose another --out")
+    outdir.mkdir(parents=True, exist_ok=True)
+    all_records: list[dict[str, Any]] = []
+    failures: list[str] = []
+    notes = [f"suite {s.name}: model {s.model}, batch {s.batch_size} per rank, {ranks} ranks "
+             f"({rpn} per node), {threads} thread(s) per rank, {s.iterations} timed iterations after {s.warmup}",
+             "compute: profiled inside the distributed run, on all ranks at once with the same threads per rank "
+             "(each rank's per-layer medians scaled to its unhooked forward and backward, then the mean over ranks)",
+             "environment: fitted to the mean per-iteration times of this run's own sweep of "
+             + ", ".join(s.sweep_ops) + " in two regimes (Hockney): alpha from the sizes below 64 KiB, beta and "
+             "gamma from those from 256 KiB"]
+    for rate in rates:
+        label = env_label(rate)
+        envdir = outdir / re.sub(r"[^A-Za-z0-9_.-]", "_", label)
+        if envdir.exists() and any(envdir.iterdir()):
+            raise ValidationError(f"{envdir} is not empty; choose another --out")
+        envdir.mkdir(parents=True, exist_ok=True)
+        plan = make_plan(s, envdir, ranks, rpn, threads, timeout, backend=backend)
+        plan_path = envdir / "plan.json"
+        plan_path.write_text(json.dumps(plan, indent=2))
+        cmd = job_command(plan_path, rate, ranks, rpn)
+        task = progress.add_task(label, total=3 + len(s.techniques)) if progress is not None else None
+
+        def on_stage(k: int, n: int, what: str, task: Any = task) -> None:
+            if progress is not None:
+                progress.update(task, completed=k - 1, description=f"{label}: {what}")
+
+        code, failed, tail = run_job(cmd, envdir / "log.txt", on_stage, threads)
+        if progress is not None:
+            progress.update(task, completed=3 + len(s.techniques), description=f"{label}: done")
+        for f in failed:
+            failures.append(f"{label}: {f}")
+        if code and not failed:
+            failures.append(f"{label}: the job exited with code {code} ({envdir / 'log.txt'} has its output):\n  "
+                            + "\n  ".join(tail[-6:]))
+        if not (envdir / "environment.json").exists() or not (envdir / "profile.json").exists():
+            continue
+        env = cm.Environment.load(envdir / "environment.json")
+        prof = cm.load_profile(envdir / "profile.json")
+        loaded = results.load(envdir / "records.jsonl")
+        recs = compare(loaded.records, prof, env, label)
+        if recs:
+            results.append(outdir / "validation.jsonl", recs)
+        all_records += recs
+    write_tables(outdir, all_records, command, notes)
+    return all_records, failures

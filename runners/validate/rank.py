@@ -1,0 +1,210 @@
+"""The rank side of ``commscope validate``: one torchrun job per environment measures everything.
+
+    torchrun --nproc_per_node=N -m runners.validate.rank PLAN.json     # what commscope validate launches
+    python -m runners.validate.rank --node PLAN.json                     # inside commscope emulate: torchrun
+                                                                         # with this node's COMMSCOPE_* layout
+
+One process group does, in order, and appends every record to the plan's ``records`` file:
+
+1. **sweep**: the plan's collectives over its sizes (``runners.measure.sweep.sweep``, max over ranks);
+2. **fit**: rank 0 fits alpha/beta(/gamma) to the sweep (``runners.measure.fit.fit``, or with the plan's
+   ``fit_method: two_regimes`` :func:`runners.measure.fit.fit_two_regimes`) and saves the environment;
+3. **profile**: every rank runs the layer-wise profiler *at the same time*, with the run's threads per
+   rank, so each rank's compute shares the cores exactly as it does while training; the per-layer
+   mean over ranks gives each layer's share, and the totals are those of synchronised compute-only
+   iterations, max over ranks (:func:`runners.validate.compute.synchronised_compute`): what a synchronous
+   iteration waits for;
+4. **train**: each technique of the plan, warm-up then timed iterations (``runners.training.runner.train``).
+
+Rank 0 prints ``@@ stage K/N: what`` lines that ``commscope validate`` turns into progress. A technique
+that raises the same error on every rank (bad options) is reported and the rest go on; a failure
+on some ranks only (a dead peer, a timeout) ends the job, naming the stage.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from costmodels.errors import CommscopeError
+
+PROGRESS = "@@ "
+
+
+def load_plan(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The plan ``commscope validate`` wrote (a JSON object; see :func:`runners.validate.make_plan`)."""
+    try:
+        plan = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise CommscopeError(f"cannot read the validation plan {str(path)!r}: {exc}") from None
+    if not isinstance(plan, dict) or "techniques" not in plan or "records" not in plan:
+        raise CommscopeError(f"{path} is not a validation plan (needs 'techniques' and 'records')")
+    return plan
+
+
+def _say(ctx: Any, text: str) -> None:
+    if ctx.rank == 0:
+        print(text, flush=True)
+
+
+def _agree(ctx: Any, error: str | None) -> list[str | None]:
+    """Every rank's error message (or None), so that all ranks take the same branch."""
+    errors: list[Any] = [None] * ctx.world
+    ctx.dist.all_gather_object(errors, error)
+    return errors
+
+
+def run(ctx: Any, plan: dict[str, Any]) -> int:
+    """Run the plan's stages on this rank; returns the exit code (1 if a technique failed)."""
+    import costmodels as cm
+    from runners import results
+    from runners.measure import fit, sweep
+    from runners.training import profiler
+    from runners.training import runner as rt
+    from runners.training import technique as get_technique
+
+    from .compute import mean_profile, scaled_profile, synchronised_compute
+    from .suite import PERIODIC
+
+    techniques = plan["techniques"]
+    stages = 3 + len(techniques)
+    records = Path(plan["records"])
+    threads = int(plan.get("threads", 1))
+    ctx.torch.set_num_threads(threads)
+    sw = plan["sweep"]
+    _say(ctx, f"{PROGRESS}stage 1/{stages}: sweep {','.join(sw['ops'])}")
+    lat_bytes = int(sw.get("latency_bytes", 0))
+    lo, hi, factor = cm.parse_size(sw["min_size"]), cm.parse_size(sw["max_size"]), float(sw["factor"])
+    sizes = [lo]
+    while sizes[-1] * factor <= hi:
+        sizes.append(int(sizes[-1] * factor))
+    small = [n for n in sizes if n < lat_bytes]  # latency-bound sizes: more iterations
+    large = [n for n in sizes if n >= lat_bytes]
+    for part, iters in ((small, sw.get("latency_iters", sw["iters"])), (large, sw["iters"])):
+        if part:
+            opts = sweep.make_options(op=sw["ops"], min_size=part[0], max_size=part[-1], factor=factor,
+                                      warmup=sw["warmup"], iters=iters, out=str(records), timeout=plan["timeout"])
+            sweep.sweep(ctx, opts)
+
+    _say(ctx, f"{PROGRESS}stage 2/{stages}: fit")
+    env_error: str | None = None
+    if ctx.rank == 0:
+        try:
+            how = dict(primitive=sw["ops"], algorithm=plan.get("fit_algorithm"), name=plan.get("environment_name"),
+                       statistic=plan.get("fit_statistic", "median"))
+            two = sizes[-1] >= fit.BANDWIDTH_FROM and sizes[0] < (lat_bytes or fit.LATENCY_BELOW)
+            if plan.get("fit_method") == "two_regimes" and not two:
+                print(f"# note: the sweep ({cm.format_size(sizes[0])} to {cm.format_size(sizes[-1])}) does not reach "
+                      f"both regimes (below {cm.format_size(lat_bytes or fit.LATENCY_BELOW)}, from "
+                      f"{cm.format_size(fit.BANDWIDTH_FROM)}): one fit over every size", flush=True)
+            if plan.get("fit_method") == "two_regimes" and two:  # alpha: latency-bound sizes; beta: bandwidth-bound
+                res = fit.fit_two_regimes([str(records)], latency_below=lat_bytes or fit.LATENCY_BELOW, **how)
+            else:
+                res = fit.fit([str(records)], **how)
+            res.environment.save(plan["environment"])
+            results.append(records, [res.record()])
+            print(f"# {res.summary()}", flush=True)
+        except CommscopeError as exc:
+            env_error = f"fitting the environment failed: {exc}"
+    errs = [x for x in _agree(ctx, env_error) if x]
+    if errs:
+        raise CommscopeError(errs[0])
+
+    _say(ctx, f"{PROGRESS}stage 3/{stages}: profile {plan['model']} (all ranks at once)")
+    pr = plan["profile"]
+    mine = profiler.profile_model(plan["model"], plan["batch_size"], device=str(ctx.device.type),
+                                  warmup=pr["warmup"], iterations=pr["iterations"], threads=threads,
+                                  seed=plan.get("seed", 0), **plan.get("model_options", {}))
+    gathered: list[Any] = [None] * ctx.world
+    ctx.dist.all_gather_object(gathered, mine.to_dict())
+    sync_f, sync_b = synchronised_compute(ctx, plan["model"], plan["batch_size"], pr["iterations"], pr["warmup"],
+                                          plan.get("seed", 0), **plan.get("model_options", {}))
+    if ctx.rank == 0:
+        prof = mean_profile([cm.ModelProfile.from_dict(d) for d in gathered], ctx.world, threads)
+        prof = scaled_profile(prof, sync_f, sync_b, prof.metadata["how"] + "; then scaled to the median over "
+                              "iterations of the slowest rank's forward and backward with all ranks in step "
+                              "(barrier before each, no communication)")
+        prof.save(plan["profile_path"])
+        results.append(records, [results.record(
+            "profile", {"model": plan["model"], "batch_size": plan["batch_size"], "device": str(ctx.device.type),
+                        "threads": threads, "concurrent_ranks": ctx.world},
+            prof.to_dict(), ctx.run_info(), "commscope validate")])
+        print(f"# profile: forward {prof.forward_s * 1e3:.2f} ms, backward {prof.backward_s * 1e3:.2f} ms "
+              f"(slowest of {ctx.world} ranks in step; layer shares from all ranks, spread between ranks "
+              f"{prof.metadata['rank_spread']:.1%})", flush=True)
+    ctx.dist.barrier()
+
+    tctx = rt.Context(torch=ctx.torch, dist=ctx.dist, rank=ctx.rank, world=ctx.world, local_world=ctx.local_world,
+                      backend=ctx.backend, device=ctx.device, devices=[r["name"] for r in ctx.ranks])
+    failed = []
+    for k, (name, options) in enumerate(techniques, start=4):
+        _say(ctx, f"{PROGRESS}stage {k}/{stages}: train {name}")
+        error = None
+        try:
+            iterations, warmup = plan["iterations"], plan["warmup"]
+            period = int(options.get("H", get_technique(name).options.get("H", 1))) if name in PERIODIC else 1
+            iterations, warmup = -(-iterations // period) * period, -(-warmup // period) * period  # whole periods
+            topts = rt.Options(algorithm=name, model=plan["model"], iterations=iterations,
+                               batch_size=plan["batch_size"], lr=plan.get("lr", 0.05), options=dict(options),
+                               warmup=warmup, threads=threads, seed=plan.get("seed", 0),
+                               backend=ctx.backend, out=records, timeout=plan["timeout"])
+            rt.train(tctx, topts)
+        except CommscopeError as exc:
+            error = str(exc)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            traceback.print_exc()
+        errors = _agree(ctx, error)
+        bad = [f"rank {r}: {e}" for r, e in enumerate(errors) if e]
+        if bad:
+            failed.append(name)
+            _say(ctx, f"{PROGRESS}failed {name}: {bad[0]}")
+        gc.collect()
+        ctx.dist.barrier()
+    _say(ctx, f"{PROGRESS}done" + (f" ({len(failed)} failed: {', '.join(failed)})" if failed else ""))
+    return 1 if failed else 0
+
+
+def _node(plan_path: str) -> int:
+    """Inside ``commscope emulate`` (or on one node): torchrun this module with the node's layout."""
+    from runners.torchrun.launcher import launch_args
+
+    plan = load_plan(plan_path)
+    where, _world = launch_args(plan.get("ranks_per_node"))
+    cmd = [sys.executable, "-m", "torch.distributed.run", *where, "-m", "runners.validate.rank", plan_path]
+    env = {**os.environ, "OMP_NUM_THREADS": str(plan.get("threads", 1))}
+    return subprocess.run(cmd, env=env, check=False).returncode
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "--node":
+        if len(args) != 2:
+            print("usage: python -m runners.validate.rank --node PLAN.json", file=sys.stderr)
+            return 2
+        return _node(args[1])
+    if len(args) != 1:
+        print("usage: torchrun ... -m runners.validate.rank PLAN.json", file=sys.stderr)
+        return 2
+    from runners.torchrun.rank import rank_main, setup, teardown
+
+    def parse(a: Sequence[str]) -> dict[str, Any]:
+        return load_plan(a[0])
+
+    def work(ctx: Any, plan: dict[str, Any]) -> int:
+        code = run(ctx, plan)
+        teardown(ctx)
+        return code
+
+    return rank_main(args, parse, lambda plan: setup(plan.get("backend", "auto"), plan["timeout"]), work, "validation")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""What a validation runs: the suites (model, techniques, sweep and profile sizes, iterations) and the JSON plan
+one environment's torchrun job follows (:mod:`runners.validate.rank`), with the command that starts that job."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from costmodels.errors import CommscopeError
+
+PERIODIC = {"local_sgd": "H"}
+LATENCY_BYTES = 64 * 1024  # sweep sizes below this are latency-bound: Suite.latency_iters iterations each
+
+
+@dataclass(frozen=True)
+class Suite:
+    """What one validation suite runs on every environment."""
+
+    name: str
+    model: str
+    batch_size: int
+    techniques: tuple[tuple[str, Mapping[str, Any]], ...]
+    iterations: int
+    warmup: int
+    sweep_ops: tuple[str, ...] = ("allreduce", "allgather", "reduce_scatter")
+    sweep_sizes: tuple[str, str, float] = ("4", "4MiB", 4.0)
+    sweep_iters: tuple[int, int] = (2, 10)  # warm-up, timed
+    latency_iters: int = 100  # timed iterations of sizes below LATENCY_BYTES: their latency is bimodal on shared cores
+    profile_iters: tuple[int, int] = (3, 10)
+    model_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+EXACT = ("bsp", "wfbp", "fusion", "mgwfbp", "bytescheduler", "dear", "zero", "fsdp")
+SUITES: dict[str, Suite] = {
+    "quick": Suite("quick", "resnet_small", 32,
+                   tuple((t, {}) for t in ("bsp", "wfbp", "fusion", "mgwfbp", "bytescheduler", "dear", "zero",
+                                           "local_sgd")), iterations=16, warmup=3),
+    "full": Suite("full", "resnet_small", 32,
+                  tuple((t, {}) for t in (*EXACT, "fp16", "powersgd", "topk", "randomk", "qsgd", "local_sgd")),
+                  iterations=32, warmup=5, sweep_iters=(3, 15), profile_iters=(5, 30)),
+}
+
+
+class ValidationError(CommscopeError):
+    """A validation that cannot start or did not complete (the message says which run)."""
+
+
+def env_label(rate: str | None) -> str:
+    """An environment's name in the tables and its directory: the link rate, or "host"."""
+    return "host" if rate is None else rate
+
+
+def make_plan(suite: Suite, envdir: Path, ranks: int, ranks_per_node: int, threads: int, timeout: float,
+              seed: int = 0, backend: str = "auto") -> dict[str, Any]:
+    """The JSON plan one environment's torchrun job follows (paths inside ``envdir``)."""
+    envdir = envdir.resolve()
+    techniques = []
+    for name, options in suite.techniques:
+        opts = dict(options)
+        if name == "mgwfbp":  # buckets from the merge rule on this run's profile and fitted environment
+            opts.update(profile=str(envdir / "profile.json"), env=str(envdir / "environment.json"))
+        techniques.append([name, opts])
+    return {"suite": suite.name, "model": suite.model, "model_options": dict(suite.model_options),
+            "batch_size": suite.batch_size, "threads": threads, "seed": seed, "lr": 0.05, "timeout": timeout,
+            "sweep": {"ops": list(suite.sweep_ops), "min_size": suite.sweep_sizes[0],
+                      "max_size": suite.sweep_sizes[1], "factor": suite.sweep_sizes[2],
+                      "warmup": suite.sweep_iters[0], "iters": suite.sweep_iters[1],
+                      "latency_iters": suite.latency_iters, "latency_bytes": LATENCY_BYTES},
+            "profile": {"warmup": suite.profile_iters[0], "iterations": suite.profile_iters[1]},
+            "techniques": techniques, "iterations": suite.iterations, "warmup": suite.warmup,
+            "records": str(envdir / "records.jsonl"), "environment": str(envdir / "environment.json"),
+            "environment_name": f"fitted:{envdir.name}",
+            "profile_path": str(envdir / "profile.json"),
+            # reduce_scatter is left to auto: gloo's is an allreduce of the whole buffer
+            "fit_algorithm": "ring_allreduce,ring_allgather",
+            # iterations send many messages back to back: their cost is the mean message time, not the median
+            "fit_statistic": "mean",
+            # alpha from the latency-bound sizes, beta from the bandwidth-bound ones: a shaped link's token
+            # bucket makes the sizes between them faster than any one alpha-beta line
+            "fit_method": "two_regimes",
+            "ranks": ranks, "ranks_per_node": ranks_per_node, "backend": backend}
+
+
+def job_command(plan_path: Path, rate: str | None, ranks: int, ranks_per_node: int) -> list[str]:
+    """The command that runs one environment's job: the rank side on this host, or under ``commscope emulate``
+    with one emulated node per ``ranks_per_node`` ranks behind links of ``rate``."""
+    node = [sys.executable, "-m", "runners.validate.rank", "--node", str(plan_path)]
+    if rate is None:
+        return node
+    return [sys.executable, "-m", "runners.cli", "emulate", "--nodes", str(ranks // ranks_per_node),
+            "--ranks-per-node", str(ranks_per_node), "--rate", rate, "--", *node]
