@@ -62,6 +62,8 @@ class _LocalStep(Trainer):
     def step(self, inputs: Any, targets: Any, loss_fn: LossFn) -> StepResult:
         import torch
 
+        from .exact_common import sgd_
+
         t0 = self.clock()
         for p in self.model.parameters():
             p.grad = None
@@ -69,10 +71,7 @@ class _LocalStep(Trainer):
         t1 = self.clock()
         loss.backward()
         t2 = self.clock()
-        with torch.no_grad():
-            for p in self.model.parameters():
-                if p.grad is not None:
-                    p.sub_(p.grad, alpha=self.lr)
+        sgd_(list(self.model.parameters()), self.lr)
         t3 = self.clock()
         with torch.no_grad():
             communicated, mixing = self.communicate()

@@ -33,7 +33,7 @@ class _HookedDDP(Trainer):
         raise NotImplementedError
 
     def step(self, inputs: Any, targets: Any, loss_fn: LossFn) -> StepResult:
-        import torch
+        from ..exact_common import sgd_  # imports torch
 
         t0 = self.clock()
         self.ddp.zero_grad(set_to_none=True)
@@ -41,10 +41,7 @@ class _HookedDDP(Trainer):
         t1 = self.clock()
         loss.backward()  # the hook's communication runs here; DDP waits for it before backward returns
         t2 = self.clock()
-        with torch.no_grad():
-            for p in self.model.parameters():
-                if p.grad is not None:
-                    p.sub_(p.grad, alpha=self.lr)
+        sgd_(list(self.model.parameters()), self.lr)
         t3 = self.clock()
         return StepResult(loss=float(loss.detach()), total=t3 - t0, forward=t1 - t0, backward=t2 - t1,
                           update=t3 - t2)
