@@ -21,7 +21,7 @@ from costmodels.schedules import COMPRESSIBLE
 
 CURVE_COLUMNS = ["schedule", "compressor", "p", "iteration_time_s", "throughput", "scaling_efficiency", "speedup"]
 EVENT_COLUMNS = ["stream", "kind", "name", "start_s", "end_s", "duration_s", "bytes"]
-AUTO = "auto"  # the environment's fitted algorithms when it has them, else the cheapest per message
+AUTO = "auto"  # the environment's fitted algorithms when it has them, else what its collective library runs
 CHEAPEST = "cheapest"
 REFERENCE_PREFIX = "measured: "
 
@@ -67,7 +67,9 @@ def collective_for(schedule: str, env: cm.Environment, choice: str = AUTO) -> st
     """The ``collective`` argument of a schedule for a page choice (``auto``, ``cheapest`` or a name).
 
     ``auto``: the algorithms a fitted environment was fitted with (``metadata["algorithms"]``),
-    else the cheapest. The ps schedule always runs over the parameter server (None).
+    else what the environment's collective library runs (None); ``cheapest`` is None too, priced on
+    the environment with the ``ideal`` library (:func:`priced_environment`). The ps schedule always runs
+    over the parameter server (None).
     """
     if schedule == "ps" or choice == CHEAPEST:
         return None
@@ -75,6 +77,12 @@ def collective_for(schedule: str, env: cm.Environment, choice: str = AUTO) -> st
         algos = env.metadata.get("algorithms") if isinstance(env.metadata, Mapping) else None
         return dict(algos) if isinstance(algos, Mapping) and algos else None
     return choice
+
+
+def priced_environment(env: cm.Environment, choice: str = AUTO) -> cm.Environment:
+    """The environment a page choice prices on: ``cheapest`` swaps in the ``ideal`` library (the cheapest
+    registered algorithm at every size); every other choice keeps the environment's own library."""
+    return env.with_(library="ideal") if choice == CHEAPEST else env
 
 
 def compressor_spec(name: str, parameter: float | None = None) -> str | None:
@@ -132,15 +140,17 @@ def scaling_curves(prof: cm.ModelProfile, env: cm.Environment, ps: Sequence[int]
             problems.append(Problem(name, tuple(ps), f"compression runs on top of {', '.join(COMPRESSIBLE)} only"))
             continue
         coll = collective_for(name, env, collective)
+        env_c = priced_environment(env, collective)
         try:
-            frames.append(_curve_frame(name, compressor, cm.sweep(prof, [env], ps, name, coll, compressor, **options)))
+            swept = cm.sweep(prof, [env_c], ps, name, coll, compressor, **options)
+            frames.append(_curve_frame(name, compressor, swept))
             continue
         except cm.CommscopeError:
             pass
         good, bad, message = [], [], ""
         for p in ps:
             try:
-                good.append(_curve_frame(name, compressor, cm.sweep(prof, [env], [p], name, coll, compressor,
+                good.append(_curve_frame(name, compressor, cm.sweep(prof, [env_c], [p], name, coll, compressor,
                                                                     **options)))
             except cm.CommscopeError as exc:
                 bad.append(p)
@@ -155,7 +165,8 @@ def scaling_curves(prof: cm.ModelProfile, env: cm.Environment, ps: Sequence[int]
 def simulate_iteration(prof: cm.ModelProfile, env: cm.Environment, p: int, schedule: str,
                        compressor: str | None = None, collective: str = AUTO, **options: Any) -> cm.IterationResult:
     """:func:`costmodels.simulate` with the page's collective choice."""
-    return cm.simulate(prof, env, int(p), schedule, collective_for(schedule, env, collective), compressor, **options)
+    return cm.simulate(prof, priced_environment(env, collective), int(p), schedule,
+                       collective_for(schedule, env, collective), compressor, **options)
 
 
 def timeline_table(timeline: cm.Timeline) -> pd.DataFrame:

@@ -16,6 +16,7 @@ from .compression import Compressor, compressor, compressors, parse_compressor
 from .environment import Environment
 from .environment_array import EnvironmentArray
 from .errors import CommscopeError, DomainError, UnknownNameError
+from .libraries import LIBRARIES, Choice, Library, choice_bands, choose, libraries, library
 from .nccl_tests import algbw, busbw, busbw_factor
 from .presets import PRESETS
 from .profiles import Layer, ModelProfile, load_profile, profile, profiles
@@ -39,10 +40,12 @@ def environment(name: str) -> Environment:
 
 __all__ = [
     "COLLECTIVES",
+    "LIBRARIES",
     "PRESETS",
     "PRIMITIVES",
     "SCHEDULES",
     "Cheapest",
+    "Choice",
     "Collective",
     "CommscopeError",
     "Compressor",
@@ -54,6 +57,7 @@ __all__ = [
     "Event",
     "IterationResult",
     "Layer",
+    "Library",
     "ModelProfile",
     "Param",
     "Registry",
@@ -65,6 +69,8 @@ __all__ = [
     "busbw",
     "busbw_factor",
     "cheapest",
+    "choice_bands",
+    "choose",
     "collective",
     "collectives",
     "compressor",
@@ -74,6 +80,8 @@ __all__ = [
     "environment",
     "environments",
     "format_size",
+    "libraries",
+    "library",
     "load_profile",
     "lower_bound",
     "parse_compressor",

@@ -1,12 +1,23 @@
 """Gradient compressors: bytes on the wire, the primitive they need, their cost and their constants.
 
-Each :class:`Compressor` maps a gradient of d elements (``value_bytes`` each, fp32 = 4) to the
-bytes one worker puts on the wire, names the collective primitive it needs (``allreduce`` when the
-compressed tensors can be summed in place, ``allgather`` when every worker needs every other
-worker's message: the volume then grows with p), prices encode/decode as passes over memory (or
-FLOPs for PowerSGD) on a stated device, and gives the constant the convergence bounds need:
-``delta`` (contraction, biased compressors with error feedback: E||C(x) - x||^2 <= (1 - delta)||x||^2)
-or ``omega`` (variance, unbiased: E||C(x) - x||^2 <= omega ||x||^2).
+Each :class:`Compressor` maps a gradient of d elements of the profile's dtype (``value_bytes`` each:
+fp32 4, fp16/bf16 2) to the bytes one worker puts on the wire, names the collective primitive it needs
+(``allreduce`` when the compressed tensors can be summed in place, ``allgather`` when every worker needs
+every other worker's message: the volume then grows with p), prices encode and decode as passes over
+memory on a stated device, and gives the constant the convergence bounds need: ``delta``
+(contraction, biased compressors with error feedback: E||C(x) - x||^2 <= (1 - delta)||x||^2) or
+``omega`` (variance, unbiased: E||C(x) - x||^2 <= omega ||x||^2).
+
+Decoding (derived here; every term is bytes moved at ``MEMORY_BYTES_PER_S``):
+
+- sparse formats (top-k, DGC, random-k) scatter-add the received (index, value) pairs into a dense
+  destination: the f received messages are read once (f x wire bytes) and the destination, d values,
+  is written once (``torch.zeros`` + ``index_add_``), so decode = (f wire + d value_bytes) / bandwidth,
+  not f dense passes;
+- dense formats (quantisers, signs) decode each received message like one encode: f x encode;
+- casts (fp16, bf16) cast the summed message back: read 2 d, write value_bytes d (nothing to do, and
+  nothing saved, when the gradient already has the cast's dtype);
+- PowerSGD follows ``powerSGD_hook``: see :func:`powersgd_passes`.
 
 Names are ``name`` or ``name:parameter``: ``topk:0.01`` (density), ``qsgd:8`` (bits), ``powersgd:4``
 (rank), ``randomk:0.01``, ``dgc:0.001``.
@@ -19,20 +30,29 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .errors import CommscopeError
+from .profiles import DTYPE_BYTES
 from .registry import Registry
 
 MEMORY_BYTES_PER_S = 900e9 * 0.7  # V100 HBM2 at 70%, as in the shipped profiles
-MATMUL_FLOPS_PER_S = 15.7e12 * 0.5  # V100 fp32 at 50%
 INDEX_BYTES = 4  # int32 indices
+MIN_COMPRESSION_RATE = 2  # powerSGD_hook's PowerSGDState default: compress when (n + m) r * 2 < n m
+Shape = tuple[int, ...] | None
+
+
+def _value_bytes(dtype: str) -> int:
+    if dtype not in DTYPE_BYTES:
+        raise CommscopeError(f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
+    return DTYPE_BYTES[dtype]
 
 
 @dataclass(frozen=True)
 class Compressor:
     """A registered compressor; ``parameter`` is its knob (density, bits, rank) with a default.
 
-    ``wire(d, p, param, shape)`` -> bytes one worker sends for d elements; ``passes`` -> memory
-    passes over the fp32 gradient to encode (decode costs the same per received byte);
-    ``delta(d, param)`` / ``omega(d, param)`` -> the bound constant (None when it has none).
+    ``wire(d, param, shape, value_bytes)`` -> bytes one worker sends for d elements; ``passes`` ->
+    memory passes over the d x value_bytes gradient to encode; ``sparse``: decoding scatters received
+    (index, value) pairs; ``cast_to``: the dtype a cast compressor casts to; ``delta(d, param)`` /
+    ``omega(d, param)`` -> the bound constant (None when it has none).
     """
 
     name: str
@@ -41,12 +61,14 @@ class Compressor:
     primitive: str
     parameter: str | None
     default: float | None
-    wire: Callable[[int, float | None, tuple[int, ...] | None], float]
+    wire: Callable[[int, float | None, Shape, int], float]
     passes: float
     delta: Callable[[int, float | None], float | None] = lambda d, q: None
     omega: Callable[[int, float | None], float | None] = lambda d, q: None
     error_feedback: bool = False
     check: Callable[[float], str | None] = lambda q: None
+    sparse: bool = False
+    cast_to: str | None = None
 
     def resolve(self, value: float | None) -> float | None:
         if self.parameter is None:
@@ -59,20 +81,42 @@ class Compressor:
             raise CommscopeError(f"compressor {self.name}: {self.parameter} {problem}, got {v!r}")
         return float(v)  # type: ignore[arg-type]
 
-    def wire_bytes(self, elements: int, value: float | None = None, shape: tuple[int, ...] | None = None) -> float:
-        """Bytes one worker sends for a gradient of ``elements`` fp32 values."""
-        return float(self.wire(int(elements), self.resolve(value), shape))
+    def wire_bytes(self, elements: int, value: float | None = None, shape: Shape = None,
+                   dtype: str = "float32") -> float:
+        """Bytes one worker sends for a gradient of ``elements`` values of ``dtype``."""
+        return float(self.wire(int(elements), self.resolve(value), shape, _value_bytes(dtype)))
 
-    def encode_time(self, elements: int, value: float | None = None, shape: tuple[int, ...] | None = None) -> float:
-        """Seconds to compress one gradient of ``elements`` fp32 values on the reference device."""
-        q = self.resolve(value)
+    def messages(self, elements: int, value: float | None = None, shape: Shape = None,
+                 dtype: str = "float32") -> tuple[float, ...]:
+        """The wire bytes split by the messages a bucket sends them in: ``(wire,)``, or PowerSGD's
+        (uncompressed, P, Q), three all-reduces per bucket in ``powerSGD_hook``."""
+        if self.name != "powersgd":
+            return (self.wire_bytes(elements, value, shape, dtype),)
+        vb = _value_bytes(dtype)
+        compressed, n, m, r = powersgd_split(int(elements), self.resolve(value), shape)
+        return (0.0, float(n * r * vb), float(m * r * vb)) if compressed else (float(elements * vb), 0.0, 0.0)
+
+    def encode_time(self, elements: int, value: float | None = None, shape: Shape = None,
+                    dtype: str = "float32") -> float:
+        """Seconds to compress one gradient of ``elements`` values of ``dtype`` on the reference device."""
+        vb = _value_bytes(dtype)
         if self.name == "powersgd":
-            if shape is not None and len(shape) < 2:
-                return 0.0  # vectors are sent as they are
-            m, n = _matrix(elements, shape)
-            r = min(q or 1, m, n)
-            return 4 * m * n * r / MATMUL_FLOPS_PER_S + 2 * (m + n) * r * r * 2 / MATMUL_FLOPS_PER_S
-        return self.passes * 4 * elements / MEMORY_BYTES_PER_S
+            compressed, *_ = powersgd_split(int(elements), self.resolve(value), shape)
+            return powersgd_passes(compressed)[0] * elements * vb / MEMORY_BYTES_PER_S
+        if self.cast_to is not None:  # read value_bytes, write the cast's bytes per element
+            return 0.0 if dtype == self.cast_to else elements * (vb + DTYPE_BYTES[self.cast_to]) / MEMORY_BYTES_PER_S
+        return self.passes * elements * vb / MEMORY_BYTES_PER_S
+
+    def decode_time(self, elements: int, value: float | None = None, shape: Shape = None,
+                    dtype: str = "float32", fan_in: int = 1) -> float:
+        """Seconds to decode ``fan_in`` received messages of one gradient (see the module docstring)."""
+        vb = _value_bytes(dtype)
+        if self.sparse:
+            return (fan_in * self.wire_bytes(elements, value, shape, dtype) + elements * vb) / MEMORY_BYTES_PER_S
+        if self.name == "powersgd":
+            compressed, *_ = powersgd_split(int(elements), self.resolve(value), shape)
+            return powersgd_passes(compressed)[1] * elements * vb / MEMORY_BYTES_PER_S
+        return fan_in * self.encode_time(elements, value, shape, dtype)
 
     def constants(self, elements: int, value: float | None = None) -> dict[str, float | None]:
         q = self.resolve(value)
@@ -83,16 +127,15 @@ class Compressor:
         """delta and omega of compressing every tensor (elements, shape) of a model on its own, as the
         schedules do. Errors add up over tensors: ||x - C(x)||^2 = sum_j ||x_j - C(x_j)||^2 <= sum_j
         (1 - delta_j) ||x_j||^2 <= (1 - min_j delta_j) ||x||^2, so delta = min_j delta_j and, likewise,
-        omega = max_j omega_j. PowerSGD sends vectors as they are (delta_j = 1) and factorises the
-        others on their own (first dimension x the rest)."""
+        omega = max_j omega_j. PowerSGD sends the tensors ``powerSGD_hook`` does not compress (vectors,
+        matrices below its compression rate) as they are (delta_j = 1) and factorises the others on
+        their own (first dimension x the rest)."""
         q = self.resolve(value)
         sized = [(int(d), shape) for d, shape in tensors if int(d) > 0]
         if not sized:
             raise CommscopeError("a model needs at least one tensor with parameters to compress")
         if self.name == "powersgd":
-            deltas = [1.0 if shape is not None and len(shape) < 2 else _powersgd_delta(d, q, shape)
-                      for d, shape in sized]
-            return {"delta": min(deltas), "omega": None}
+            return {"delta": min(_powersgd_delta(d, q, shape) for d, shape in sized), "omega": None}
         distinct = sorted({d for d, _ in sized})
         ds = [self.delta(d, q) for d in distinct]
         om = [self.omega(d, q) for d in distinct]
@@ -100,15 +143,56 @@ class Compressor:
                 "omega": None if any(x is None for x in om) else max(om)}  # type: ignore[type-var]
 
 
-def _matrix(elements: int, shape: tuple[int, ...] | None) -> tuple[int, int]:
-    """PowerSGD's view of a tensor: (first dimension, product of the rest); without a shape, the
-    most square factorisation m x n = d (an approximation, stated as such)."""
-    if shape and len(shape) >= 2:
+def _matrix(elements: int, shape: Shape) -> tuple[int, int]:
+    """PowerSGD's view of a tensor, ``tensor.view(shape[0], -1)`` in ``powerSGD_hook``: (first dimension,
+    product of the rest), a vector being n x 1; without a shape, the most square factorisation n x m = d
+    (an approximation, stated as such)."""
+    if shape:
         return int(shape[0]), int(math.prod(shape[1:]))
-    m = math.isqrt(elements)
-    while m > 1 and elements % m:
-        m -= 1
-    return m, elements // max(m, 1)
+    n = math.isqrt(elements)
+    while n > 1 and elements % n:
+        n -= 1
+    return n, elements // max(n, 1)
+
+
+def powersgd_split(elements: int, rank: float | None, shape: Shape) -> tuple[bool, int, int, int]:
+    """(compressed?, n, m, r) of one tensor in ``powerSGD_hook`` (torch/distributed/algorithms/
+    ddp_comm_hooks/powerSGD_hook.py, ``_should_compress``): the n x m matrix gets rank r = min(n, m, rank)
+    factors P (n x r) and Q (m x r) when (n + m) r * min_compression_rate < n m (default rate 2), and is
+    all-reduced uncompressed otherwise (every vector: (n + 1) * 2 >= n)."""
+    n, m = _matrix(elements, shape)
+    r = min(int(rank or 1), n, m)
+    return (n + m) * r * MIN_COMPRESSION_RATE < n * m, n, m, r
+
+
+def powersgd_passes(compressed: bool) -> tuple[int, int]:
+    """(encode, decode) memory passes over a tensor's d x value_bytes bytes in ``powerSGD_hook`` with its
+    defaults (error feedback and warm start on). The products of the gradient with rank-r factors read
+    the gradient once (2 r FLOPs per 4 bytes read: below a V100's 17 FLOP/B ridge for r < 35, so
+    memory-bound). Derived here from the hook's steps; factors of n r or m r values are left out:
+
+    - compressed, encode 6: error added (read gradient and error, write: 3), clone kept for the error (2),
+      P = M Q (read M: 1); decode 5: Q = M^T P between the two all-reduces (read M: 1), M = P Q^T (write: 1),
+      new error = clone - M (read 2, write 1: 3);
+    - uncompressed, encode 7: error added (3), clone (2), copied into the contiguous buffer (2); decode 7:
+      divided by p (2), copied back (2), new error (3).
+    """
+    return (6, 5) if compressed else (7, 7)
+
+
+def _powersgd_wire(d: int, q: float | None, shape: Shape, value_bytes: int) -> float:
+    compressed, n, m, r = powersgd_split(d, q, shape)
+    return float((n + m) * r * value_bytes if compressed else d * value_bytes)
+
+
+def _powersgd_delta(d: int, q: float | None, shape: Shape = None) -> float:
+    """Contraction of the exact rank-r truncation of an n x m matrix: ||M - M_r||^2 <= (1 - r/min(n, m))||M||^2
+    (Eckart-Young: the r largest of min(n, m) squared singular values are at least their share), so
+    delta = r / min(n, m), on the tensor's (first dimension x the rest), else the most square
+    factorisation of d; 1 for a tensor the hook sends uncompressed. PowerSGD's warm-started power
+    iteration approaches this truncation (Vogels et al. 2019, Sec. 3); it is not guaranteed per step."""
+    compressed, n, m, r = powersgd_split(d, q, shape)
+    return r / min(n, m) if compressed else 1.0
 
 
 def _density(q: float) -> str | None:
@@ -133,64 +217,49 @@ COMPRESSORS: Registry[Compressor] = Registry("compressor")
 for _c in (
     Compressor("fp16", "cast to IEEE half precision; summed in place",
                "PyTorch DDP comm hook fp16_compress_hook; rounding error <= 2^-11 relative per element in the "
-               "normal range, so delta = 1 - 2^-22", "allreduce", None, None, lambda d, q, s: 2.0 * d, 1.5,
-               delta=lambda d, q: 1 - 2.0**-22),
+               "normal range, so delta = 1 - 2^-22", "allreduce", None, None, lambda d, q, s, vb: 2.0 * d, 0.0,
+               delta=lambda d, q: 1 - 2.0**-22, cast_to="float16"),
     Compressor("bf16", "cast to bfloat16; summed in place",
                "PyTorch DDP comm hook bf16_compress_hook; rounding error <= 2^-8 relative, so delta = 1 - 2^-16",
-               "allreduce", None, None, lambda d, q, s: 2.0 * d, 1.5, delta=lambda d, q: 1 - 2.0**-16),
+               "allreduce", None, None, lambda d, q, s, vb: 2.0 * d, 0.0, delta=lambda d, q: 1 - 2.0**-16,
+               cast_to="bfloat16"),
     Compressor("topk", "k largest-magnitude values and their int32 indices, error feedback",
                "Aji & Heafield, EMNLP 2017; Stich et al., NeurIPS 2018 (delta = k/d)", "allgather", "density",
-               0.01, lambda d, q, s: _k(d, q) * (4.0 + INDEX_BYTES), 10.0, delta=lambda d, q: _k(d, q) / d,
-               error_feedback=True, check=_density),
+               0.01, lambda d, q, s, vb: _k(d, q) * (vb + INDEX_BYTES), 10.0, delta=lambda d, q: _k(d, q) / d,
+               error_feedback=True, check=_density, sparse=True),
     Compressor("randomk", "k random coordinates chosen with a seed shared by all workers: summed in place",
                "Stich et al., NeurIPS 2018 (rand-k: delta = k/d); Wangni et al., NeurIPS 2018", "allreduce",
-               "density", 0.01, lambda d, q, s: _k(d, q) * 4.0, 1.0, delta=lambda d, q: _k(d, q) / d,
-               omega=lambda d, q: d / _k(d, q) - 1, error_feedback=True, check=_density),
+               "density", 0.01, lambda d, q, s, vb: _k(d, q) * vb, 1.0, delta=lambda d, q: _k(d, q) / d,
+               omega=lambda d, q: d / _k(d, q) - 1, error_feedback=True, check=_density, sparse=True),
     Compressor("dgc", "threshold estimated from a 1% sample, values above it with indices, error feedback",
                "Lin et al., 'Deep gradient compression', ICLR 2018", "allgather", "density", 0.001,
-               lambda d, q, s: _k(d, q) * (4.0 + INDEX_BYTES), 3.0, delta=lambda d, q: _k(d, q) / d,
-               error_feedback=True, check=_density),
+               lambda d, q, s, vb: _k(d, q) * (vb + INDEX_BYTES), 3.0, delta=lambda d, q: _k(d, q) / d,
+               error_feedback=True, check=_density, sparse=True),
     Compressor("qsgd", "stochastic quantisation to s = 2^(b-1) - 1 levels per sign, plus the norm",
                "Alistarh et al., 'QSGD', NeurIPS 2017, Lemma 3.1: omega = min(d/s^2, sqrt(d)/s)", "allgather",
-               "bits", 8.0, lambda d, q, s: d * (q or 8) / 8 + 4.0, 3.0,
+               "bits", 8.0, lambda d, q, s, vb: d * (q or 8) / 8 + vb, 3.0,
                omega=lambda d, q: _qsgd_omega(d, int(q or 8)), check=_bits),
     Compressor("terngrad", "stochastic ternary {-1, 0, 1} times the max norm (2 bits per element)",
                "Wen et al., 'TernGrad', NeurIPS 2017; variance from E||Q||^2 <= ||g||_inf ||g||_1 <= sqrt(d)||g||^2",
-               "allgather", None, None, lambda d, q, s: d * 2 / 8 + 4.0, 3.0,
+               "allgather", None, None, lambda d, q, s, vb: d * 2 / 8 + vb, 3.0,
                omega=lambda d, q: math.sqrt(d) - 1),
     Compressor("signsgd", "signs only (1 bit per element), aggregated by majority vote",
                "Bernstein et al., 'signSGD', ICML 2018 / ICLR 2019 (majority vote; bound in l1, no delta/omega)",
-               "allgather", None, None, lambda d, q, s: d / 8, 2.0),
+               "allgather", None, None, lambda d, q, s, vb: d / 8, 2.0),
     Compressor("ef_signsgd", "scaled signs (||g||_1/d) sign(g) with error feedback",
                "Karimireddy et al., 'Error feedback fixes SignSGD', ICML 2019, Lemma 8: "
-               "delta = ||g||_1^2/(d ||g||^2) >= 1/d", "allgather", None, None, lambda d, q, s: d / 8 + 4.0, 3.0,
-               delta=lambda d, q: 1 / d, error_feedback=True),
-    Compressor("powersgd", "rank-r factors P (m x r) and Q (n x r) by one power iteration, two allreduces",
-               "Vogels, Karimireddy, Jaggi, 'PowerSGD', NeurIPS 2019 (PyTorch powerSGD_hook); vectors are sent "
-               "uncompressed as the hook does", "allreduce", "rank", 4.0,
-               lambda d, q, s: _powersgd_wire(d, q, s), 0.0, delta=lambda d, q: _powersgd_delta(d, q),
+               "delta = ||g||_1^2/(d ||g||^2) >= 1/d", "allgather", None, None, lambda d, q, s, vb: d / 8 + vb,
+               3.0, delta=lambda d, q: 1 / d, error_feedback=True),
+    Compressor("powersgd", "rank-r factors P (n x r) and Q (m x r) by one power iteration; per DDP bucket three "
+               "all-reduces: the uncompressed tensors, all Ps, all Qs",
+               "Vogels, Karimireddy, Jaggi, 'PowerSGD', NeurIPS 2019; PyTorch powerSGD_hook (per bucket: "
+               "tensors with (n + m) r * 2 >= n m, vectors included, all-reduced uncompressed; P = M Q "
+               "all-reduced, Q = M^T P all-reduced; encode and decode memory passes: see powersgd_passes)",
+               "allreduce", "rank", 4.0, _powersgd_wire, 0.0, delta=lambda d, q: _powersgd_delta(d, q),
                error_feedback=True,
                check=lambda q: None if q == int(q) and q >= 1 else "must be a positive integer rank"),
 ):
     COMPRESSORS.register(_c)
-
-
-def _powersgd_wire(d: int, q: float | None, shape: tuple[int, ...] | None) -> float:
-    if shape is not None and len(shape) < 2:
-        return 4.0 * d  # vectors (biases, norms) travel uncompressed
-    m, n = _matrix(d, shape)
-    r = min(int(q or 1), m, n)
-    return min(4.0 * (m + n) * r, 4.0 * d)
-
-
-def _powersgd_delta(d: int, q: float | None, shape: tuple[int, ...] | None = None) -> float:
-    """Contraction of the exact rank-r truncation of an m x n matrix: ||M - M_r||^2 <= (1 - r/min(m, n))||M||^2
-    (Eckart-Young: the r largest of min(m, n) squared singular values are at least their share), so
-    delta = r / min(m, n), on the tensor's (first dimension x the rest), else the most square
-    factorisation of d. PowerSGD's warm-started power
-    iteration approaches this truncation (Vogels et al. 2019, Sec. 3); it is not guaranteed per step."""
-    m, n = _matrix(d, shape)
-    return min(1.0, min(int(q or 1), m, n) / min(m, n))
 
 
 def compressors() -> list[str]:

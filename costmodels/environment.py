@@ -5,6 +5,19 @@ byte). Two levels: ``gpus_per_node`` ranks share a node joined by an intra-node 
 (``intra_alpha``, ``intra_beta``), nodes are joined by the inter-node link (``alpha``, ``beta``)
 through ``nics_per_node`` NICs. ``gamma`` is the reduction cost (s per byte reduced) of the device.
 The model is Hockney's (Parallel Computing 20(3), 1994) as used by Thakur et al. (IJHPCA 2005).
+
+Beyond the two links, an environment names what runs on them and how they are wired:
+
+* ``library``: the collective library that chooses the algorithm of each message
+  (:mod:`costmodels.libraries`: ``nccl``, ``gloo``, ``mpich``, or ``ideal``, the cheapest registered
+  algorithm, which is what no real library does);
+* ``link`` / ``intra_link``: what kind of link each level is (``network``, ``nvlink``, ``pcie``), which
+  sets the library's per-hop latency class (NCCL's NET / NVLINK / PCI) and, for a one-level ``nvlink`` or
+  ``pcie`` environment, that all ranks share one node;
+* ``compute_capability``: the GPU's (70 V100, 80 A100, 90 H100), for NCCL's per-architecture limits;
+* the fabric: ``oversubscription`` of a two-tier fat tree, ``nodes_per_leaf`` under one leaf switch
+  (``None``: traffic between any two nodes crosses the spine), ``rail_optimized`` leaves, and in-network
+  reduction (``sharp`` on InfiniBand switches, ``nvls`` on NVLink switches).
 """
 
 from __future__ import annotations
@@ -21,6 +34,8 @@ from ._io import atomic_write_text, read_json
 from .errors import CommscopeError
 
 SCHEMA = "commscope.environment/1"
+LIBRARY_NAMES = ("ideal", "nccl", "gloo", "mpich")  # the entries of costmodels.libraries.LIBRARIES
+LINK_KINDS = ("network", "nvlink", "pcie")
 
 
 def _check_real(name: str, value: object, *, allow_zero: bool) -> float:
@@ -56,6 +71,17 @@ class Environment:
         gpus_per_node: ranks per node (1 for a one-level environment).
         nics_per_node: NICs per node that the inter-node phase of hierarchical algorithms can use
             in parallel (1 <= nics_per_node <= gpus_per_node).
+        library: the collective library choosing each message's algorithm (``LIBRARY_NAMES``).
+        link, intra_link: kind of the inter-node (or only) link and of the intra-node link
+            (``LINK_KINDS``); a one-level ``nvlink`` or ``pcie`` environment is one node.
+        compute_capability: the GPU's compute capability (e.g. 80), or None without GPUs.
+        oversubscription: down/up bandwidth ratio of a two-tier fat tree's leaves (>= 1): traffic
+            that crosses the spine gets 1/oversubscription of the per-node bandwidth.
+        nodes_per_leaf: nodes under one leaf switch (None: every inter-node path crosses the spine).
+        rail_optimized: NIC k of every node on leaf k (a leaf then serves nics_per_node times as many
+            nodes before traffic crosses the spine).
+        sharp, nvls: in-network reduction on the InfiniBand switches (SHARP; NCCL's CollNet) or on
+            the NVLink switches (NVLink SHARP; NCCL's NVLS).
         name, description, source: what it is and where its numbers come from.
         metadata: free JSON-able provenance (e.g. the files and fit quality of a fitted one).
     """
@@ -67,6 +93,15 @@ class Environment:
     intra_beta: float | None = None
     gpus_per_node: int = 1
     nics_per_node: int = 1
+    library: str = "ideal"
+    link: str = "network"
+    intra_link: str = "nvlink"
+    compute_capability: int | None = None
+    oversubscription: float = 1.0
+    nodes_per_leaf: int | None = None
+    rail_optimized: bool = False
+    sharp: bool = False
+    nvls: bool = False
     name: str = "custom"
     description: str = ""
     source: str = ""
@@ -102,6 +137,20 @@ class Environment:
                 f"nics_per_node must be <= gpus_per_node ({self.gpus_per_node}), "
                 f"got {self.nics_per_node}"
             )
+        for key, allowed in (("library", LIBRARY_NAMES), ("link", LINK_KINDS), ("intra_link", LINK_KINDS)):
+            if getattr(self, key) not in allowed:
+                raise CommscopeError(f"{key} must be one of {', '.join(allowed)}, got {getattr(self, key)!r}")
+        if self.compute_capability is not None:
+            set_(self, "compute_capability", _check_count("compute_capability", self.compute_capability))
+        oversub = _check_real("oversubscription", self.oversubscription, allow_zero=False)
+        if oversub < 1:
+            raise CommscopeError(f"oversubscription must be >= 1 (down/up bandwidth of a leaf), got {oversub!r}")
+        set_(self, "oversubscription", oversub)
+        if self.nodes_per_leaf is not None:
+            set_(self, "nodes_per_leaf", _check_count("nodes_per_leaf", self.nodes_per_leaf))
+        for key in ("rail_optimized", "sharp", "nvls"):
+            if not isinstance(getattr(self, key), bool):
+                raise CommscopeError(f"{key} must be true or false, got {getattr(self, key)!r}")
         if not isinstance(self.name, str) or not self.name.strip():
             raise CommscopeError(f"name must be a non-empty string, got {self.name!r}")
         try:
@@ -188,4 +237,10 @@ class Environment:
                 f"{self.gpus_per_node} GPUs/node: intra alpha={self.intra_alpha * 1e6:.3g} us, "
                 f"{self.intra_bandwidth / 1e9:.4g} GB/s; inter {s}, {self.nics_per_node} NIC(s)/node"
             )
-        return s + f", gamma={self.gamma:.3g} s/B"
+        s += f", gamma={self.gamma:.3g} s/B"
+        if self.library != "ideal":
+            s += f"; {self.library}"
+        if self.oversubscription > 1:
+            s += f"; fat tree {self.oversubscription:g}:1" + ("" if self.nodes_per_leaf is None else
+                                                           f" above {self.nodes_per_leaf} nodes per leaf")
+        return s

@@ -5,12 +5,17 @@ Collective models and schedule sweeps evaluate over an ``EnvironmentArray`` in o
 stored as a two-level one whose intra-node link *is* the inter-node link, with one GPU per node:
 every model gives it exactly the one-level time (flat algorithms use the intra-node link only
 while p <= gpus_per_node = 1, where both links coincide).
+
+What is not a number (the collective library, the kinds of link, the fabric: ``DESCRIPTORS``) is kept in
+``descriptors``: one value where every entry shares it, else an object array of the entries' values. A
+library prices an array whose entries share these (:attr:`EnvironmentArray.uniform`); :meth:`groups`
+splits any other into such arrays.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -19,6 +24,8 @@ from .environment import Environment
 from .errors import CommscopeError
 
 FIELDS = ("alpha", "beta", "gamma", "intra_alpha", "intra_beta", "gpus_per_node", "nics_per_node")
+DESCRIPTORS = ("library", "link", "intra_link", "compute_capability", "oversubscription", "nodes_per_leaf",
+               "rail_optimized", "sharp", "nvls")
 
 
 def _real(name: str, value: Any, *, allow_zero: bool) -> np.ndarray:
@@ -38,7 +45,8 @@ class EnvironmentArray:
     """Alpha-beta-gamma parameters of ``shape`` environments (see :class:`Environment`).
 
     Build one with :meth:`of` (a list of environments) or :meth:`grid` (one environment with its
-    inter-node alpha and/or beta swept over an outer product); ``names`` labels each entry.
+    inter-node alpha and/or beta swept over an outer product); ``names`` labels each entry;
+    ``descriptors`` holds the fields that are not numbers, the same for every entry.
     """
 
     alpha: np.ndarray
@@ -49,6 +57,7 @@ class EnvironmentArray:
     gpus_per_node: np.ndarray
     nics_per_node: np.ndarray
     names: np.ndarray
+    descriptors: Mapping[str, Any] = field(default_factory=dict)
 
     two_level = True  # read by the collective models: always the two-link path (see module doc)
 
@@ -66,6 +75,49 @@ class EnvironmentArray:
         object.__setattr__(self, "names", np.broadcast_to(np.asarray(self.names, dtype=object), shape))
         if (self.nics_per_node > self.gpus_per_node).any() or (self.gpus_per_node < 1).any():
             raise CommscopeError("need 1 <= nics_per_node <= gpus_per_node in every environment")
+        unknown = sorted(set(self.descriptors) - set(DESCRIPTORS))
+        if unknown:
+            raise CommscopeError(f"unknown environment descriptor(s) {', '.join(unknown)}")
+        defaults = {f.name: f.default for f in fields(Environment) if f.name in DESCRIPTORS}
+        merged = {}
+        for key, value in {**defaults, **dict(self.descriptors)}.items():
+            if isinstance(value, np.ndarray):
+                value = np.broadcast_to(value.astype(object), shape)
+                first = value.flat[0] if value.size else None
+                value = first if all(v == first for v in value.flat) else value
+            merged[key] = value
+        object.__setattr__(self, "descriptors", merged)
+
+    @property
+    def uniform(self) -> bool:
+        """True when every entry has the same library, link kinds and fabric (``DESCRIPTORS``)."""
+        return not any(isinstance(v, np.ndarray) for v in self.descriptors.values())
+
+    def __getattr__(self, name: str) -> Any:
+        if name in DESCRIPTORS:  # env.library etc. read the same on an array as on one Environment
+            value = self.__dict__["descriptors"][name]
+            if isinstance(value, np.ndarray):
+                kinds = ", ".join(sorted(set(map(str, value.flat))))
+                raise CommscopeError(f"these environments differ in {name} ({kinds}): price each group of equal "
+                                     "ones on its own (EnvironmentArray.groups())")
+            return value
+        raise AttributeError(name)
+
+    def _descriptors_at(self, index: Any) -> dict[str, Any]:
+        return {k: (v[index] if isinstance(v, np.ndarray) else v) for k, v in self.descriptors.items()}
+
+    def groups(self) -> list[tuple[np.ndarray, EnvironmentArray]]:
+        """(flat indices, 1-d array of those entries) for each set of entries sharing ``DESCRIPTORS``."""
+        flat = self.reshape(-1)
+        if self.uniform:
+            return [(np.arange(self.size), flat)]
+        keys = [tuple(str(flat._descriptors_at(i)[d]) for d in DESCRIPTORS) for i in range(self.size)]
+        out = []
+        for key in dict.fromkeys(keys):
+            idx = np.array([i for i, k in enumerate(keys) if k == key])
+            first = flat._descriptors_at(int(idx[0]))
+            out.append((idx, EnvironmentArray(*(getattr(flat, f)[idx] for f in (*FIELDS, "names")), descriptors=first)))
+        return out
 
     # ----------------------------------------------------------- construction
     @classmethod
@@ -80,7 +132,12 @@ class EnvironmentArray:
             if not isinstance(e, Environment):
                 raise CommscopeError(f"expected costmodels.Environment objects, got {type(e).__name__}")
         col = {f: np.array([_field(e, f) for e in envs]) for f in FIELDS}
-        return cls(**col, names=np.array([e.name for e in envs], dtype=object))
+        descriptors = {}
+        for d in DESCRIPTORS:
+            values = np.empty(len(envs), dtype=object)
+            values[:] = [getattr(e, d) for e in envs]
+            descriptors[d] = values
+        return cls(**col, names=np.array([e.name for e in envs], dtype=object), descriptors=descriptors)
 
     @classmethod
     def grid(cls, base: Environment, *, alpha: Any = None, beta: Any = None) -> EnvironmentArray:
@@ -100,7 +157,7 @@ class EnvironmentArray:
         for idx in np.ndindex(a.shape):
             names[idx] = f"{base.name} (alpha={a[idx]:.3g} s, beta={b[idx]:.3g} s/B)"
         return cls(a, b, np.full(a.shape, base.gamma), ia, ib, np.full(a.shape, base.gpus_per_node),
-                   np.full(a.shape, base.nics_per_node), names)
+                   np.full(a.shape, base.nics_per_node), names, {d: getattr(base, d) for d in DESCRIPTORS})
 
     # ----------------------------------------------------------------- views
     @property
@@ -112,7 +169,9 @@ class EnvironmentArray:
         return int(self.alpha.size)
 
     def reshape(self, *shape: int) -> EnvironmentArray:
-        return EnvironmentArray(*(np.reshape(getattr(self, f), shape) for f in (*FIELDS, "names")))
+        return EnvironmentArray(*(np.reshape(getattr(self, f), shape) for f in (*FIELDS, "names")),
+                                descriptors={k: np.reshape(v, shape) if isinstance(v, np.ndarray) else v
+                                             for k, v in self.descriptors.items()})
 
     def __getitem__(self, index: Any) -> Environment:
         """One entry as an :class:`Environment` (``index`` into ``shape``)."""
@@ -123,7 +182,8 @@ class EnvironmentArray:
         two = gp > 1
         return Environment(float(v["alpha"]), float(v["beta"]), float(v["gamma"]),
                            float(v["intra_alpha"]) if two else None, float(v["intra_beta"]) if two else None,
-                           gp, int(v["nics_per_node"]), name=str(self.names[index]))
+                           gp, int(v["nics_per_node"]), name=str(self.names[index]),
+                           **self._descriptors_at(index))
 
 
 def _field(env: Environment, name: str) -> float:

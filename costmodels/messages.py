@@ -1,7 +1,8 @@
 """Pricing the messages of a schedule: one configuration (p, environment) or many at once.
 
 A :class:`Comm` answers "how long does a message of n bytes of this primitive take" for a named
-collective algorithm or for the cheapest registered one at each size. ``p`` and ``env`` may be a
+collective algorithm, or, with none named, for what the environment's collective library runs at each size
+(:mod:`costmodels.libraries`; the ``ideal`` library takes the cheapest registered algorithm). ``p`` and ``env`` may be a
 single configuration or arrays of them (an int array of p and an
 :class:`~costmodels.environment_array.EnvironmentArray` of matching shape, typically ``(C, 1)``):
 schedule sweeps price every message of every configuration in one broadcast evaluation.
@@ -21,6 +22,7 @@ from .collectives import collective as get_collective
 from .environment import Environment
 from .environment_array import EnvironmentArray
 from .errors import CommscopeError
+from .libraries import Pricer, resolve
 
 
 @dataclass(frozen=True)
@@ -40,10 +42,10 @@ WIRE: contextvars.ContextVar[Wire | None] = contextvars.ContextVar("commscope_wi
 
 
 class Comm:
-    """The time of one message of ``primitive`` on p ranks: a named algorithm, or the cheapest.
+    """The time of one message of ``primitive`` on p ranks: a named algorithm, or the library's choice.
 
     ``algorithm`` may also map primitives to algorithms (the one of ``primitive`` is used, the
-    cheapest where it has none), so one argument serves schedules that mix primitives.
+    library's choice where it has none), so one argument serves schedules that mix primitives.
 
     ``p`` is an int (one configuration) or an int array broadcasting against ``env`` (an
     :class:`EnvironmentArray`); calls then return one time per configuration and size. A single
@@ -78,6 +80,12 @@ class Comm:
             if unknown:
                 raise CommscopeError(f"no candidate of {primitive} has parameter(s) {', '.join(sorted(unknown))}")
         self.algorithm = algorithm
+        self.library = None if algorithm is not None else resolve(primitive, env).name
+        self._pricer: Pricer | None = None
+        if self.library not in (None, "ideal"):  # the library's own rule and prices (one pricer per Comm)
+            self.candidates = []
+            self._pricer = Pricer(primitive, np.where(np.asarray(p) == 1, 2, p) if np.ndim(p) else max(int(p), 2),
+                                  env, self.params)
         self.single = np.ndim(p) == 0
         self._solo = np.asarray(p) == 1  # where nothing is sent
         self._evaluators: list[Callable[[Any], np.ndarray]] | None = None
@@ -108,6 +116,8 @@ class Comm:
         return t if self.single or not self._solo.any() else np.where(self._solo, 0.0, t)
 
     def _price(self, sizes: np.ndarray) -> np.ndarray:
+        if self._pricer is not None:
+            return self._pricer(sizes)
         evs = self._prices()
         if len(evs) == 1:
             return evs[0](sizes)

@@ -15,6 +15,10 @@ Conventions used below (all per direction, per link):
   a write) over the HBM bandwidth of the GPU named in the preset: V100 900 GB/s, A100 1555 GB/s,
   H100 SXM 3350 GB/s (NVIDIA data sheets). Replace it with your device's when it matters.
 
+Each preset also names the collective library that runs on it (:mod:`costmodels.libraries`): GPU
+presets NCCL, with the GPU's compute capability and the kind of link (NVLink, PCIe, network); CPU/Ethernet
+presets gloo, the library PyTorch uses on CPUs. ``collective=None`` then means what that library runs.
+
 These are starting points; ``commscope fit`` (measurement issue) replaces them with fitted values.
 """
 
@@ -39,9 +43,14 @@ def _preset(**kwargs: object) -> Environment:
     return PRESETS.register(Environment(**kwargs))  # type: ignore[arg-type]
 
 
+GLOO = {"library": "gloo"}
+NCCL_V100, NCCL_A100, NCCL_H100 = ({"library": "nccl", "compute_capability": cc} for cc in (70, 80, 90))
+
+
 # ---------------------------------------------------------------------------------- Ethernet
 _preset(
     name="1GbE",
+    **GLOO,
     alpha=50e-6,
     beta=1 / (1e9 / 8 * TCP_EFFICIENCY),
     gamma=GAMMA_V100,
@@ -54,6 +63,7 @@ _preset(
 )
 _preset(
     name="10GbE",
+    **GLOO,
     alpha=20e-6,
     beta=1 / (10e9 / 8 * TCP_EFFICIENCY),
     gamma=GAMMA_V100,
@@ -66,6 +76,7 @@ _preset(
 )
 _preset(
     name="25GbE",
+    **GLOO,
     alpha=15e-6,
     beta=1 / (25e9 / 8 * TCP_EFFICIENCY),
     gamma=GAMMA_V100,
@@ -77,6 +88,7 @@ _preset(
 )
 _preset(
     name="100GbE",
+    **GLOO,
     alpha=10e-6,
     beta=1 / (100e9 / 8 * TCP_EFFICIENCY),
     gamma=GAMMA_A100,
@@ -90,6 +102,7 @@ _preset(
 # -------------------------------------------------------------------------------- InfiniBand
 _preset(
     name="IB-EDR",
+    **NCCL_V100,
     alpha=NCCL_LL_LATENCY_NET,
     beta=1 / (12 * GB),
     gamma=GAMMA_V100,
@@ -103,6 +116,7 @@ _preset(
 )
 _preset(
     name="IB-HDR",
+    **NCCL_A100,
     alpha=NCCL_LL_LATENCY_NET,
     beta=1 / (24 * GB),
     gamma=GAMMA_A100,
@@ -114,6 +128,7 @@ _preset(
 )
 _preset(
     name="IB-NDR",
+    **NCCL_H100,
     alpha=NCCL_LL_LATENCY_NET,
     beta=1 / (48 * GB),
     gamma=GAMMA_H100,
@@ -126,6 +141,8 @@ _preset(
 # ---------------------------------------------------------------------------------- PCIe
 _preset(
     name="PCIe3x16",
+    link="pcie",
+    **NCCL_V100,
     alpha=NCCL_LL_LATENCY_PCI,
     beta=1 / (12 * GB),
     gamma=GAMMA_V100,
@@ -138,6 +155,8 @@ _preset(
 )
 _preset(
     name="PCIe4x16",
+    link="pcie",
+    **NCCL_A100,
     alpha=NCCL_LL_LATENCY_PCI,
     beta=1 / (24 * GB),
     gamma=GAMMA_A100,
@@ -151,6 +170,8 @@ _preset(
 # -------------------------------------------------------------------------------- NVLink
 _preset(
     name="NVLink-V100",
+    link="nvlink",
+    **NCCL_V100,
     alpha=NCCL_LL_LATENCY_NVLINK,
     beta=1 / (6 * 20 * GB),
     gamma=GAMMA_V100,
@@ -163,6 +184,8 @@ _preset(
 )
 _preset(
     name="NVLink-A100",
+    link="nvlink",
+    **NCCL_A100,
     alpha=NCCL_LL_LATENCY_NVLINK,
     beta=1 / (12 * 20 * GB),
     gamma=GAMMA_A100,
@@ -175,6 +198,9 @@ _preset(
 )
 _preset(
     name="NVLink-H100",
+    link="nvlink",
+    nvls=True,
+    **NCCL_H100,
     alpha=NCCL_LL_LATENCY_NVLINK,
     beta=1 / (18 * 20.6 * GB),
     gamma=GAMMA_H100,
@@ -193,6 +219,10 @@ def _two_level(name: str, intra: str, inter: str, gpus: int, nics: int, descript
     i, o = PRESETS.get(intra), PRESETS.get(inter)
     _preset(
         name=name,
+        library="nccl",
+        intra_link=i.link,
+        compute_capability=i.compute_capability,
+        nvls=i.nvls,
         alpha=o.alpha,
         beta=o.beta,
         gamma=i.gamma,

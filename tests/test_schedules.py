@@ -75,10 +75,17 @@ def test_mgwfbp_merge_decisions_by_hand() -> None:
 
 
 def test_ps_by_hand() -> None:
-    # one server: c(m) = 2 alpha + 2 max(p/k, 1) m beta = 2 ms + 4 m us: 14, 10, 6 ms; WFBP order from 12 ms
+    # One server: the collective prices push + pull as c(m) = 2 alpha + 2 max(p/k, 1) m beta = 2 ms + 4 m us;
+    # BytePS pipelines them, each stage taking c(m)/2 = 1 ms + 2 m us on its own direction of the link.
+    # Default partitions (4,096,000 B) hold whole tensors: l2 (3000 B, 7 ms), l1 (2000 B, 5 ms), l0 (1000 B, 3 ms).
+    # Pushes: l2 ready 12 -> 12-19, l1 (ready 16) 19-24, l0 (ready 18) 24-27; pulls: 19-26, 26-31, 31-34 -> 34 ms.
+    # (Until the audit of issue 15 push and pull were serial, 14 + 10 + 6 ms from 12 ms: 42 ms.)
     r = cm.simulate(PROF, ENV, 2, "ps", k=1)
-    assert comm_spans(r) == [(12, 26), (26, 36), (36, 42)]
-    assert r.details["servers"] == 1
+    assert comm_spans(r) == [(12, 19), (19, 24), (24, 27)]  # the pushes
+    assert [(round(e.start / MS, 9), round(e.end / MS, 9)) for e in r.timeline.on("pull")] == [(19, 26), (26, 31),
+                                                                                             (31, 34)]
+    assert r.iteration_time == pytest.approx(34 * MS)
+    assert r.details["servers"] == 1 and r.details["partitions"] == 3
 
 
 def test_local_sgd_by_hand() -> None:
@@ -170,16 +177,19 @@ def test_chrome_trace_export(tmp_path) -> None:
 
 # ------------------------------------------------------------------ overlap with the next forward
 def test_dear_by_hand() -> None:
-    # Ring RS and AG on p = 2: 1 ms + m/2 us each. Buffer 2500 B in backward order: groups [2] (3000 B) and
-    # [1, 0] (3000 B); every RS and AG takes 2.5 ms. Iteration 1: RS[2] 12-14.5, RS[1,0] 18-20.5,
-    # AG[1,0] 20.5-23, AG[2] 23-25.5. Iteration 2: forward waits for AG[1,0]: starts at 23; l2's forward
-    # waits for AG[2] (25.5) but l1 ends at 26 first. Steady period = 46 - 23 = 23 ms; the window
-    # [46, 69) holds AG[2] (0-2.5), RS[2] (12-14.5), RS[1,0] (18-20.5), AG[1,0] (20.5-23).
+    # Ring RS and AG on p = 2: 1 ms + m/2 us each. DeAR forms groups in forward order while the sum stays
+    # below 2500 B: l0 (1000) alone, since 1000 + 2000 >= 2500; l1 (2000) alone; l2 (3000) alone. RS/AG take
+    # 1.5, 2 and 2.5 ms. Steady state, times from the forward start of group 0 (its AG just ended): AG of l1
+    # issued from l0's pre-hook at 0 (0-2); l0 forward 0-1; l1 waits for its AG (2-4); AG of l2 issued at
+    # 2 (2-4.5); l2 forward 4.5-7.5; backward 7.5-19.5 (l2 ready 13.5, l1 17.5, l0 19.5); RS l2 13.5-16,
+    # l1 17.5-19.5, l0 19.5-21; step: AG of l0 21-22.5; next forward at 22.5: period 22.5 ms.
+    # (Until the audit of issue 15 the groups were DDP-like in backward order, [l2] and [l1, l0], and all
+    # all-gathers went back to back after the step: 23 ms.)
     r = sim("dear", buffer_bytes=2500)
-    assert r.iteration_time == pytest.approx(23 * MS)
+    assert r.iteration_time == pytest.approx(22.5 * MS) and r.details["groups"] == 3
     assert [(e.kind, s) for e, s in zip(r.timeline.on("comm"), comm_spans(r), strict=True)] == [
-        ("allgather", (0, 2.5)), ("reduce_scatter", (12, 14.5)), ("reduce_scatter", (18, 20.5)),
-        ("allgather", (20.5, 23)),
+        ("allgather", (0, 2)), ("allgather", (2, 4.5)), ("reduce_scatter", (13.5, 16)),
+        ("reduce_scatter", (17.5, 19.5)), ("reduce_scatter", (19.5, 21)), ("allgather", (21, 22.5)),
     ]
     assert r.timeline.bytes_sent("reduce_scatter") == r.timeline.bytes_sent("allgather") == PROF.grad_bytes
 
@@ -244,11 +254,15 @@ def test_dear_and_bytescheduler_bad_options() -> None:
 
 # ------------------------------------------------------------------------------------ sharded
 def test_zero_by_hand() -> None:
-    # RS buckets (backward order, 2500 B): [2] ready 12 -> 12-14.5; [1, 0] ready 18 -> 18-20.5.
-    # After the step, AG buckets (forward order, 2500 B): [0, 1] 20.5-23, [2] 23-25.5 -> 25.5 ms.
+    # DeepSpeed's buckets, in bytes here (2500 B): backward order l2 (3000 B) alone (over the cap on its own);
+    # l1 would take it over: [l2] is reduced from l1's hook at 16 ms, on the compute stream (overlap_comm is
+    # False by default): 16-18.5, and l0's backward waits (18.5-20.5); [l1] (2000 B) reduced from l0's hook
+    # at 20.5: 20.5-22.5; [l0] after backward: 22.5-24. All-gathers of 2500 B cut the 6000 B model into
+    # floor(6000 / 2500) = 2 messages of 3000 B: 24-26.5, 26.5-29 -> 29 ms.
+    # (Until the audit of issue 15: DDP buckets sent as ready, overlapping backward, and AG buckets: 25.5 ms.)
     r = sim("zero", bucket_bytes=2500, allgather_bucket_bytes=2500)
-    assert comm_spans(r) == [(12, 14.5), (18, 20.5), (20.5, 23), (23, 25.5)]
-    assert r.iteration_time == pytest.approx(25.5 * MS)
+    assert comm_spans(r) == [(16, 18.5), (20.5, 22.5), (22.5, 24), (24, 26.5), (26.5, 29)]
+    assert r.iteration_time == pytest.approx(29 * MS)
     assert r.timeline.bytes_sent("reduce_scatter") == r.timeline.bytes_sent("allgather") == PROF.grad_bytes
 
 

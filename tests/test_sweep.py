@@ -87,10 +87,15 @@ def test_sweep_equals_simulate_for_every_vectorized_schedule(schedule: str) -> N
     ("fusion", "double_binary_tree_allreduce", {"bucket_bytes": "4MiB", "first_bucket_bytes": "64KiB"}),
     ("mgwfbp", "ring_allreduce", {}),
     ("dear", "ring_allreduce", {"buffer_bytes": "2MiB"}),
+    ("dear", None, {"buffer_bytes": 1}),  # every layer its own group
     ("ps", None, {"k": 2}),
+    ("ps", None, {"partition_bytes": "512KiB"}),
     ("local_sgd", None, {"H": 4}),
     ("zero", "ring_allreduce", {"bucket_bytes": "8MiB", "allgather_bucket_bytes": "16MiB"}),
+    ("zero", None, {"reduce_bucket_size": 3e6, "allgather_bucket_size": 2e7}),
+    ("zero", None, {"reduce_bucket_size": 3e6, "overlap_comm": True}),
     ("fsdp", None, {"unit_bytes": "10MiB"}),
+    ("fsdp", None, {"unit_bytes": "30MiB"}),  # leaves a root unit at the end
 ])
 def test_sweep_passes_collective_and_options(schedule: str, collective: str | None, options: dict) -> None:
     prof = cm.profile("bert-base")
@@ -100,8 +105,8 @@ def test_sweep_passes_collective_and_options(schedule: str, collective: str | No
                                rtol=1e-12)
 
 
-@pytest.mark.parametrize("compressor", ["topk:0.01", "qsgd:8", "powersgd:4", "fp16"])
-@pytest.mark.parametrize("schedule", ["bsp", "wfbp", "mgwfbp", "local_sgd"])
+@pytest.mark.parametrize("compressor", ["topk:0.01", "qsgd:8", "powersgd:4", "fp16", "randomk:0.01"])
+@pytest.mark.parametrize("schedule", ["bsp", "wfbp", "fusion", "mgwfbp", "local_sgd"])
 def test_sweep_with_compression_equals_simulate(schedule: str, compressor: str) -> None:
     prof = cm.profile("resnet50")
     ps = [1, 4, 32]
@@ -192,7 +197,11 @@ def test_best_dear_buffer_is_exhaustive_on_a_small_model() -> None:
     )
     env = cm.Environment(alpha=2e-3, beta=1e-9)
     cap, best = best_dear_buffer(prof, env, 8, "ring_allreduce")
+    # DeAR's rule is strict (a group stays below the threshold), so every run sum is scanned too: the
+    # thresholds in (S_i, S_{i+1}] between consecutive run sums give one grouping, reached at S_{i+1}
+    sizes = [4000, 400000, 40000, 4000000]
+    runs = [sum(sizes[a:b]) for a in range(4) for b in range(a + 1, 5)]
     scan = [cm.simulate(prof, env, 8, "dear", "ring_allreduce", buffer_bytes=float(c)).iteration_time
-            for c in np.unique(np.concatenate([np.geomspace(1, 5e6, 400), [4000, 44000, 444000, 4444000]]))]
+            for c in np.unique(np.concatenate([np.geomspace(1, 5e6, 400), runs]))]
     assert best.iteration_time == pytest.approx(min(scan), rel=1e-12)
     assert best.details["buffer_bytes"] == cap

@@ -113,12 +113,14 @@ dense = c4.checkbox("also p = 3·2^k", value=False, key="iter_dense",
                          "halving/doubling) are then out, so the curves zigzag.")
 metric = c5.radio("y axis", list(METRIC_LABELS), format_func=METRIC_LABELS.get, key="iter_metric")
 fitted = env.metadata.get("algorithms")
-auto_label = "auto (fitted)" if fitted else "auto (cheapest)"
+auto_label = "auto (fitted)" if fitted else f"auto ({env.library})"
 collective = c6.selectbox(
     "collective", [AUTO, CHEAPEST, *cm.collectives("allreduce", include_bounds=False)],
     format_func=lambda c: {AUTO: auto_label, CHEAPEST: "cheapest per message"}.get(c, c), key="iter_collective",
     help="The algorithm that carries the messages. 'auto' uses the algorithms a fitted environment was fitted "
-         "with, else the cheapest at every message size. The ps schedule always uses the parameter server.")
+         "with, else what the environment's collective library runs (NCCL, gloo, MPICH); 'cheapest' takes the "
+         "cheapest registered algorithm at every size, which no library does. The ps schedule always uses the "
+         "parameter server.")
 
 if compressor and collective not in (AUTO, CHEAPEST) and cm.compressor(comp_name).primitive != "allreduce":
     st.info(f"{compressor} sends its gradients by {cm.compressor(comp_name).primitive}, which the allreduce "

@@ -10,19 +10,24 @@ from .blocks import (
     DDP_BUCKET_BYTES,
     DDP_FIRST_BUCKET_BYTES,
     DECOUPLED,
+    bounded_buckets,
     decoupled,
     greedy_buckets,
+    partitions,
     serial_ends,
 )
 from .core import (
+    COMPRESSED,
     COMPRESSIBLE,
     SCHEDULES,
     B,
     C,
+    Compressed,
     Configurations,
     F,
     IterationResult,
     Schedule,
+    compress,
     compressed_profile,
     schedule,
     schedules,
@@ -31,23 +36,26 @@ from .core import (
 
 # The families register their schedules when imported, in this order (the order of ``schedules()``).
 # isort: split
-from .sequential import mgwfbp_groups  # bsp, wfbp, fusion, mgwfbp, ps, local_sgd
+from .sequential import BYTEPS_PARTITION_BYTES, mgwfbp_groups  # bsp, wfbp, fusion, mgwfbp, ps, local_sgd
 
 # isort: split
 from .overlap import ITERATIONS, CommPlan, best_dear_buffer, dear_groups  # bytescheduler, dear
 
 # isort: split
-from . import sharded  # noqa: F401  (zero, fsdp)
+from .sharded import DEEPSPEED_BUCKET_ELEMENTS, zero_buckets  # zero, fsdp
 
 # isort: split
 from .vectorized import CHUNK, SweepResult, sweep
 
 __all__ = [
+    "BYTEPS_PARTITION_BYTES",
     "CHUNK",
+    "COMPRESSED",
     "COMPRESSIBLE",
     "DDP_BUCKET_BYTES",
     "DDP_FIRST_BUCKET_BYTES",
     "DECOUPLED",
+    "DEEPSPEED_BUCKET_ELEMENTS",
     "ITERATIONS",
     "SCHEDULES",
     "WIRE",
@@ -55,6 +63,7 @@ __all__ = [
     "C",
     "Comm",
     "CommPlan",
+    "Compressed",
     "Configurations",
     "F",
     "IterationResult",
@@ -62,14 +71,18 @@ __all__ = [
     "SweepResult",
     "Wire",
     "best_dear_buffer",
+    "bounded_buckets",
+    "compress",
     "compressed_profile",
     "dear_groups",
     "decoupled",
     "greedy_buckets",
     "mgwfbp_groups",
+    "partitions",
     "schedule",
     "schedules",
     "serial_ends",
     "simulate",
     "sweep",
+    "zero_buckets",
 ]

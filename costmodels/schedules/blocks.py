@@ -1,8 +1,9 @@
 """Building blocks the schedule families share.
 
-The compute stream's events, DDP's bucket sizes and greedy grouping of messages, messages sent in
-order on one link (as events, and as the vectorized :func:`serial_ends`), option validation, and
-the (reduce-scatter, allgather) pair of a decoupled allreduce.
+The compute stream's events, DDP's bucket sizes and greedy grouping of messages, the bounded
+grouping of DeAR and DeepSpeed, tensors cut into partitions, messages sent in order on one link (as
+events, and as the vectorized :func:`serial_ends`), a bucket's chain of messages, option
+validation, and the (reduce-scatter, allgather) pair of a decoupled allreduce.
 """
 
 from __future__ import annotations
@@ -71,11 +72,61 @@ def greedy_buckets(sizes_in_order: np.ndarray, cap: float, first_cap: float | No
     return groups
 
 
+def bounded_buckets(sizes_in_order: np.ndarray, cap: float, strict: bool) -> list[list[int]]:
+    """Group consecutive items while the group's total stays below ``cap`` (``strict``) or within it.
+
+    An item joins the current group when the group is still empty of bytes or when the total with it
+    is < cap (DeAR, ``dopt_rsag.py``: ``tot_size == 0 or tot_size + mod_size < threshold``) or <= cap
+    (DeepSpeed ZeRO-1/2, ``reduce_independent_p_g_buckets_and_remove_grads``: a bucket is reduced before
+    a gradient that would take it over ``reduce_bucket_size``); otherwise it starts the next group.
+    """
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    total = 0.0
+    for i, s in enumerate(sizes_in_order):
+        s = float(s)
+        if total == 0 or (total + s < cap if strict else total + s <= cap):
+            cur.append(i)
+            total += s
+        else:
+            groups.append(cur)
+            cur, total = [i], s
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def partitions(nbytes: np.ndarray, part: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each tensor cut into partitions of ``part`` bytes (the last one smaller; an empty tensor is one
+    empty partition), in order: (tensor of each partition, its bytes)."""
+    counts = np.maximum(1, np.ceil(nbytes / part).astype(int))
+    layer_of = np.repeat(np.arange(len(nbytes)), counts)
+    chunk = np.arange(len(layer_of)) - np.repeat(np.cumsum(counts) - counts, counts)
+    return layer_of, np.minimum(part, nbytes[layer_of] - chunk * part)
+
+
+def chained_prices(comm: Comm, sizes: np.ndarray) -> np.ndarray:
+    """Time of each group's K messages sent back to back: ``sizes`` (groups, K) -> (configurations, groups).
+
+    K = 1: one message per group, always sent (an empty group still pays a message). K > 1 (PowerSGD's
+    uncompressed, P and Q all-reduces of a bucket): the empty ones are skipped, unless all are empty.
+    """
+    sizes = np.asarray(sizes, dtype=float).reshape(len(sizes), -1)
+    if sizes.shape[1] == 1:
+        return comm(sizes[None, :, 0])
+    empty = ~(sizes > 0).any(axis=1)
+    sent = (sizes > 0) | (empty[:, None] & (np.arange(sizes.shape[1]) == 0))
+    return sum(np.where(sent[:, k], comm(sizes[None, :, k]), 0.0) for k in range(sizes.shape[1]))
+
+
 def _send_in_order(groups: list[list[int]], ready: np.ndarray, nbytes: np.ndarray, comm: Comm, kind: str,
-                   names: list[str], link_free: float = 0.0) -> tuple[list[Event], float]:
-    """Messages sent in the given order, each when all its layers are ready and the link is free."""
+                   names: list[str], link_free: float = 0.0, times: np.ndarray | None = None
+                   ) -> tuple[list[Event], float]:
+    """Messages sent in the given order, each when all its layers are ready and the link is free
+    (``times``: each message's duration, when it is not ``comm`` of its bytes)."""
     sizes = np.array([nbytes[g].sum() for g in groups])
-    times = comm(sizes) if len(groups) else np.array([])
+    if times is None:
+        times = comm(sizes) if len(groups) else np.array([])
     events, t = [], link_free
     for g, size, dt in zip(groups, sizes, times, strict=True):
         start = max(t, float(ready[g].max()))

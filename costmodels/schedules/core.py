@@ -17,7 +17,9 @@ The schedules themselves register here from their family modules (``sequential``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -29,7 +31,7 @@ from ..environment import Environment
 from ..environment_array import EnvironmentArray
 from ..errors import CommscopeError
 from ..messages import WIRE, Comm, Wire
-from ..profiles import ModelProfile
+from ..profiles import DTYPE_BYTES, ModelProfile
 from ..registry import Registry
 from ..timeline import Timeline
 
@@ -134,27 +136,76 @@ def schedule(name: str) -> Schedule:
 COMPRESSIBLE = ("bsp", "wfbp", "fusion", "mgwfbp", "bytescheduler", "local_sgd")
 
 
-def compressed_profile(profile: ModelProfile, spec: str) -> tuple[ModelProfile, Wire]:
-    """The profile as a compressor sees it: wire bytes per layer, encode time after each backward.
+@dataclass(frozen=True, eq=False)
+class Compressed:
+    """A profile as a compressor sees it, and what pricing its messages needs.
 
-    Encoding runs on the compute stream right after the layer's backward (it delays the gradient's
-    readiness); decoding is charged per received byte on the communication stream.
+    ``profile``: wire bytes per layer, encode time added after each layer's backward (encoding runs
+    on the compute stream and delays the gradient's readiness). ``dense_bytes``: each layer's
+    uncompressed gradient bytes, by which DDP buckets before its comm hook compresses a bucket.
+    ``parts``: (layers, K) wire bytes by message of a bucket (K = 1; PowerSGD's uncompressed, P, Q).
+    Decoding is charged on the link with each message (``Wire.decode_per_byte``): a message of w
+    bytes from each of f workers (f = p for an allgather, 1 for an allreduce) costs
+    ``f w per_received + w fixed``, the totals of :meth:`Compressor.decode_time` over the layers at
+    f = 1 and 0 per wire byte (decode is affine in f), so per received byte ``per_received + fixed / f``.
     """
+
+    profile: ModelProfile
+    primitive: str
+    dense_bytes: np.ndarray
+    parts: np.ndarray
+    per_received: float
+    fixed: float
+
+    def wire(self, p: Any) -> Wire:
+        """How messages travel on p workers (an int, or a (C, 1) array of them in a sweep)."""
+        fan_in = p if self.primitive == "allgather" else 1
+        return Wire(self.primitive, self.per_received + self.fixed / np.maximum(fan_in, 1))
+
+
+COMPRESSED: ContextVar[Compressed | None] = ContextVar("commscope_compressed", default=None)
+
+
+def compress(profile: ModelProfile, spec: str) -> Compressed:
+    """Each layer compressed on its own with the profile's dtype (see :class:`Compressed`)."""
     from ..compression import parse_compressor
 
+    if not isinstance(profile, ModelProfile):
+        raise CommscopeError(f"profile must be a costmodels.ModelProfile, got {type(profile).__name__}")
     entry, q = parse_compressor(spec)
-    per_value = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}[profile.dtype]
-    layers, wire_total, encode_total = [], 0.0, 0.0
+    layers, parts, decode1, decode0 = [], [], 0.0, 0.0
     for x in profile.layers:
-        elements = max(1, round(x.grad_bytes / per_value))
-        shape = x.shape  # PowerSGD factorises (shape[0], prod(shape[1:])); None: most square
-        w = entry.wire_bytes(elements, q, shape) if x.grad_bytes > 0 else 0.0
-        e = entry.encode_time(elements, q, shape) if x.grad_bytes > 0 else 0.0
-        wire_total, encode_total = wire_total + w, encode_total + e
-        layers.append(replace(x, grad_bytes=w, backward_s=x.backward_s + e))
+        elements = max(1, round(x.grad_bytes / DTYPE_BYTES[profile.dtype]))
+        args = (elements, q, x.shape, profile.dtype)  # PowerSGD factorises (shape[0], prod(shape[1:]))
+        sent = entry.messages(*args) if x.grad_bytes > 0 else (0.0,) * len(entry.messages(1, q, None))
+        if x.grad_bytes > 0:
+            decode1 += entry.decode_time(*args, fan_in=1)
+            decode0 += entry.decode_time(*args, fan_in=0)
+        parts.append(sent)
+        e = entry.encode_time(*args) if x.grad_bytes > 0 else 0.0
+        layers.append(replace(x, grad_bytes=float(sum(sent)), backward_s=x.backward_s + e))
     meta = {**profile.metadata, "compressor": spec, "uncompressed_grad_bytes": profile.grad_bytes}
     out = replace(profile, layers=tuple(layers), source=f"{profile.source}; compressed with {spec}", metadata=meta)
-    return out, Wire(entry.primitive, encode_total / wire_total if wire_total else 0.0)
+    wire = out.grad_bytes
+    return Compressed(out, entry.primitive, np.array(profile.column("grad_bytes")), np.array(parts, dtype=float),
+                      (decode1 - decode0) / wire if wire else 0.0, decode0 / wire if wire else 0.0)
+
+
+def compressed_profile(profile: ModelProfile, spec: str, p: Any = 1) -> tuple[ModelProfile, Wire]:
+    """The profile as a compressor sees it (:func:`compress`) and how its messages travel on p workers."""
+    c = compress(profile, spec)
+    return c.profile, c.wire(p)
+
+
+@contextmanager
+def compressing(c: Compressed, p: Any) -> Iterator[None]:
+    """Run schedules with ``c``'s messages on p workers (:data:`WIRE` and :data:`COMPRESSED` set)."""
+    tokens = WIRE.set(c.wire(p)), COMPRESSED.set(c)
+    try:
+        yield
+    finally:
+        WIRE.reset(tokens[0])
+        COMPRESSED.reset(tokens[1])
 
 
 def simulate(profile: ModelProfile, env: Environment, p: int, schedule: str = "wfbp",
@@ -175,14 +226,9 @@ def simulate(profile: ModelProfile, env: Environment, p: int, schedule: str = "w
     if entry.name not in COMPRESSIBLE:
         raise CommscopeError(f"compression runs on top of the schedules {', '.join(COMPRESSIBLE)}; "
                              f"{entry.name} communicates shards, got compressor {compressor!r}")
-    if not isinstance(profile, ModelProfile):
-        raise CommscopeError(f"profile must be a costmodels.ModelProfile, got {type(profile).__name__}")
-    compressed, wire = compressed_profile(profile, compressor)
-    token = WIRE.set(wire)
-    try:
-        r = entry.run(compressed, env, p, collective, **options)
-    finally:
-        WIRE.reset(token)
+    c = compress(profile, compressor)
+    with compressing(c, p):
+        r = entry.run(c.profile, env, p, collective, **options)
     return IterationResult(r.schedule, r.p, r.iteration_time, profile.compute_s, r.batch_size, r.timeline,
-                           {**r.details, "compressor": compressor, "wire_bytes": compressed.grad_bytes,
-                            "primitive": wire.primitive})
+                           {**r.details, "compressor": compressor, "wire_bytes": c.profile.grad_bytes,
+                            "primitive": c.primitive})

@@ -10,7 +10,6 @@ that period's window, shifted to start at 0.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +22,7 @@ from ..errors import CommscopeError
 from ..messages import Comm
 from ..profiles import ModelProfile
 from ..timeline import Event, Timeline
-from .blocks import DDP_BUCKET_BYTES, _bytes_option, _validated, decoupled, greedy_buckets, serial_ends
+from .blocks import DDP_BUCKET_BYTES, _bytes_option, _validated, bounded_buckets, decoupled, partitions, serial_ends
 from .core import SCHEDULES, B, C, Configurations, F, IterationResult, Schedule
 
 ITERATIONS = 4  # the pattern repeats from the second iteration on; four leave a margin
@@ -66,36 +65,53 @@ def _dear_algorithms(collective: Any) -> tuple[str | None, str | None]:
     return decoupled(collective, "dear")
 
 
+def _dear_forward_groups(nbytes: np.ndarray, buffer_bytes: float) -> list[list[int]]:
+    """DeAR's groups in forward order, each listing its layers in forward order (see :func:`dear_groups`)."""
+    return bounded_buckets(nbytes, buffer_bytes, strict=True)
+
+
 def dear_groups(nbytes: np.ndarray, buffer_bytes: float) -> list[list[int]]:
-    """Fused groups of consecutive layers in backward order, each filled up to ``buffer_bytes``."""
-    order = np.arange(len(nbytes) - 1, -1, -1)
-    return [[int(order[j]) for j in g] for g in greedy_buckets(nbytes[order], buffer_bytes)]
+    """DeAR's fusion groups (``dopt_rsag.py``, ``_generate_groups_with_threshold``, lzhangbv/dear_pytorch).
+
+    Layers are taken in forward order; a layer joins the current group while the group's sum stays
+    below the threshold (``tot_size == 0 or tot_size + size < threshold``), else it opens the next
+    group. Returned in backward order (the order their reduce-scatters go), each group listing its
+    layers in backward order.
+    """
+    return [g[::-1] for g in _dear_forward_groups(nbytes, buffer_bytes)[::-1]]
 
 
 def _dear(prof: ModelProfile, env: Environment, p: int, collective: str | None = None, *,
           buffer_bytes: Any = DDP_BUCKET_BYTES, **params: Any) -> IterationResult:
+    """DeAR as ``dopt_rsag.py`` runs it: each group's reduce-scatter once all its gradients are ready
+    (backward hooks); ``step()`` waits for every reduce-scatter and starts group 0's all-gather; the
+    forward pre-hook of group g's first module waits for its all-gather and only then starts group
+    g+1's, so one all-gather is in flight at a time and each is paced by the forward."""
     nbytes, names = _validated(prof, env, p)
     cap = _bytes_option("buffer_bytes", buffer_bytes)
     rs_name, ag_name = _dear_algorithms(collective)
     rs = Comm("reduce_scatter", p, env, rs_name, params)
     ag = Comm("allgather", p, env, ag_name, params)
-    groups = dear_groups(nbytes, cap)
+    groups = _dear_forward_groups(nbytes, cap)
     sizes = np.array([nbytes[g].sum() for g in groups])
     t_rs, t_ag = rs(sizes), ag(sizes)
-    labels = [names[g[0]] if len(g) == 1 else f"{names[g[-1]]}..{names[g[0]]} ({len(g)})" for g in groups]
+    fwd = np.array(prof.column("forward_s"))
+    f = [float(fwd[g].sum()) for g in groups]
+    labels = [names[g[0]] if len(g) == 1 else f"{names[g[0]]}..{names[g[-1]]} ({len(g)})" for g in groups]
 
     def plan(ready: np.ndarray, link: float) -> tuple[list[Event], np.ndarray, float]:
         events, done = [], np.empty(len(ready))
-        rs_end = np.empty(len(groups))
-        for j, g in enumerate(groups):  # backward order: reduce-scatter as each group's gradients are ready
-            s = max(link, float(ready[g].max()))
-            link = rs_end[j] = s + t_rs[j]
+        for j in range(len(groups) - 1, -1, -1):  # backward order, as each group's gradients are all ready
+            s = max(link, float(ready[groups[j]].max()))
+            link = s + t_rs[j]
             events.append(Event("comm", "reduce_scatter", labels[j], s, link, float(sizes[j])))
-        for j in range(len(groups) - 1, -1, -1):  # forward order: all-gather before the group's next forward
-            s = max(link, rs_end[j])
+        start = 0.0  # forward start of the previous group in the next iteration
+        for j in range(len(groups)):  # forward order: group j's all-gather from group j-1's pre-hook
+            s = link if j == 0 else max(link, start)
             link = s + t_ag[j]
             events.append(Event("comm", "allgather", labels[j], s, link, float(sizes[j])))
             done[groups[j]] = link
+            start = link if j == 0 else max(start + f[j - 1], link)
         return events, done, link
 
     return _steady_state("dear", prof, p, plan, groups=len(groups), buffer_bytes=cap)
@@ -107,46 +123,45 @@ def _dear_kernel(cfg: Configurations, collective: str | None = None, *, buffer_b
     cap = _bytes_option("buffer_bytes", buffer_bytes)
     rs_name, ag_name = _dear_algorithms(collective)
     rs, ag = cfg.comm("reduce_scatter", rs_name, params), cfg.comm("allgather", ag_name, params)
-    return _dear_period(cfg, dear_groups(cfg.nbytes, cap), rs, ag)
+    return _dear_period(cfg, _dear_forward_groups(cfg.nbytes, cap), rs, ag)
 
 
 def _dear_period(cfg: Configurations, groups: list[list[int]], rs: Comm, ag: Comm) -> np.ndarray:
-    """DeAR's steady-state period for each configuration: the event simulation's recurrences
-    unrolled by :func:`serial_ends` (the forward waits on the previous iteration's all-gathers
-    exactly as the link waits on ready gradients), over ITERATIONS iterations as there."""
+    """DeAR's steady-state period for each configuration, groups in forward order (derived here).
+
+    Let ag_g, rs_g be group g's all-gather and reduce-scatter times and f_g its forward time. Group
+    0's all-gather starts when the reduce-scatters end (R) and the forward starts when it ends:
+    s_0 = R + ag_0. Group g+1's all-gather starts at s_g (the link is free: ag_g ended before s_g),
+    so s_{g+1} = max(s_g + f_g, s_g + ag_{g+1}) = s_g + max(f_g, ag_{g+1}); the forward ends at
+    T = s_{G-1} + f_{G-1}, when the link is free again. The reduce-scatters then go in backward order
+    as gradients are ready, ending at T + tail (:func:`serial_ends` from the backward's start). So
+    period = ag_0 + sum_{g < G-1} max(f_g, ag_{g+1}) + f_{G-1} + tail, the same every iteration.
+    """
     prof, nbytes = cfg.prof, cfg.nbytes
     sizes = np.array([nbytes[g].sum() for g in groups])[None, :]
     t_rs, t_ag = rs(sizes), ag(sizes)
     fwd, bwd = np.array(prof.column("forward_s")), np.array(prof.column("backward_s"))
-    first = np.array([min(g) for g in groups])  # the group's last gradient to be ready (backward order)
-    group_of = np.empty(len(nbytes), dtype=int)
-    for j, g in enumerate(groups):
-        group_of[g] = j
+    f = np.array([fwd[g].sum() for g in groups])
     after_backward = np.cumsum(bwd[::-1])[::-1]  # time from backward start to each layer's gradient
-    c = t_rs.shape[0]
-    done, t, link, starts = np.zeros((c, len(nbytes))), np.zeros(c), np.zeros(c), []
-    for _ in range(ITERATIONS):
-        starts.append(np.maximum(t, done[:, 0]))
-        t = serial_ends(done, np.broadcast_to(fwd, done.shape), t)[:, -1]  # forward, waiting for parameters
-        ready = t[:, None] + after_backward[first][None, :]
-        t = t + after_backward[0]
-        rs_end = serial_ends(ready, t_rs, link)[:, -1]
-        ag_end = rs_end[:, None] + np.cumsum(t_ag[:, ::-1], axis=1)[:, ::-1]  # forward order, back to back
-        link = ag_end[:, 0]
-        done = ag_end[:, group_of]
-    return np.maximum(starts[-1] - starts[-2], prof.compute_s)
+    first = np.array([g[0] for g in groups])  # a group's last gradient to be ready
+    tail = serial_ends(after_backward[first][::-1], t_rs[:, ::-1])[:, -1]
+    period = t_ag[:, 0] + np.maximum(f[:-1], t_ag[:, 1:]).sum(axis=1) + f[-1] + tail
+    return np.maximum(period, prof.compute_s)
 
 
-def _greedy_ends(csum: np.ndarray, caps: np.ndarray) -> np.ndarray:
-    """End positions of :func:`greedy_buckets`' groups for every cap at once, one row per cap.
+def _bounded_ends(csum: np.ndarray, caps: np.ndarray) -> np.ndarray:
+    """End positions of DeAR's groups (:func:`bounded_buckets`, strict) for every cap at once, one row per cap.
 
-    Each step bisects the running sum ``csum`` for every cap together; rows are padded with
-    ``len(csum) - 1`` (the end) once a grouping is complete.
+    From a group's start ``pos`` it ends after the last item whose running sum stays below the cap,
+    and at least after the first item with bytes; each step bisects ``csum`` for every cap together.
+    Rows are padded with ``len(csum) - 1`` (the end) once a grouping is complete.
     """
     m = len(csum) - 1
     pos, steps = np.zeros(len(caps), dtype=np.int64), []
     while (pos < m).any():
-        pos = np.minimum(m, np.searchsorted(csum, csum[pos] + caps, side="left"))
+        below = np.searchsorted(csum, csum[pos] + caps, side="left") - 1
+        first = np.searchsorted(csum, csum[pos], side="right")
+        pos = np.where(pos < m, np.minimum(m, np.maximum(below, first)), m)
         steps.append(pos)
     return np.stack(steps, axis=1) if steps else np.zeros((len(caps), 0), dtype=np.int64)
 
@@ -155,24 +170,25 @@ def best_dear_buffer(prof: ModelProfile, env: Environment, p: int, collective: s
                      **params: Any) -> tuple[float, IterationResult]:
     """The fusion buffer size that minimises DeAR's iteration time, by exact search.
 
-    The grouping only changes where the threshold crosses a sum of consecutive gradient sizes, so
-    trying one threshold per distinct grouping is exhaustive. Candidates: every sum of a run of
-    consecutive layers (in backward order) up to the model size, deduplicated by the grouping they
-    produce. DeAR's paper tunes this by Bayesian optimisation in [1, 256] MB; the exact search
-    finds the optimum of this model instead.
+    DeAR's grouping (strictly below the threshold, in forward order) only changes where the threshold
+    crosses a sum of consecutive gradient sizes: it is the same for every threshold in (S_i, S_{i+1}]
+    between consecutive distinct run sums. Candidates: every run sum in forward order and one
+    threshold above the model size (a single group), deduplicated by the grouping they produce.
+    DeAR's paper tunes this by Bayesian optimisation in [1, 256] MB; the exact search finds the
+    optimum of this model instead.
     """
     nbytes, _ = _validated(prof, env, p)
-    order = nbytes[::-1]
-    csum = np.concatenate([[0.0], np.cumsum(order)])
+    csum = np.concatenate([[0.0], np.cumsum(nbytes)])
     runs = np.unique((csum[None, :] - csum[:, None])[np.triu_indices(len(csum), 1)])
+    runs = np.append(runs[runs > 0], 2 * max(csum[-1], 1.0))
     cfg = Configurations(prof, np.array([[p]]), EnvironmentArray.of([env]).reshape(1, 1))
     rs_name, ag_name = _dear_algorithms(collective)
     rs, ag = cfg.comm("reduce_scatter", rs_name, params), cfg.comm("allgather", ag_name, params)
-    ends, first = np.unique(_greedy_ends(csum, runs), axis=0, return_index=True)  # one row per grouping
+    ends, first = np.unique(_bounded_ends(csum, runs), axis=0, return_index=True)  # one row per grouping
     best_cap, best_time = None, np.inf
     for row, cap in zip(ends, runs[first], strict=True):
         bounds = (0, *sorted(set(row.tolist())))
-        groups = [[len(order) - 1 - i for i in range(a, b)] for a, b in itertools.pairwise(bounds)]
+        groups = [list(range(a, b)) for a, b in itertools.pairwise(bounds)]
         t = float(_dear_period(cfg, groups, rs, ag)[0])
         if t < best_time or (t == best_time and best_cap is not None and cap < best_cap):
             best_cap, best_time = float(cap), t
@@ -194,15 +210,11 @@ def _bytescheduler(prof: ModelProfile, env: Environment, p: int, collective: str
     if credit < part:
         raise CommscopeError(f"credit_bytes ({credit:g}) must be at least one partition ({part:g} bytes)")
     comm = Comm("allreduce", p, env, collective, params)
-    # partitions: (layer, bytes), priority = layer index (closest to the input first)
-    parts = [(i, min(part, nbytes[i] - k * part)) for i in range(len(prof))
-             for k in range(max(1, math.ceil(nbytes[i] / part)))]
-    layer_of = np.array([q[0] for q in parts])
-    size_of = np.array([q[1] for q in parts], dtype=float)
+    layer_of, size_of = partitions(nbytes, part)  # priority = layer index (closest to the input first)
 
     def plan(ready: np.ndarray, link: float) -> tuple[list[Event], np.ndarray, float]:
         events, done = [], np.zeros(len(ready))
-        pending = list(range(len(parts)))  # sorted by priority (layer, chunk)
+        pending = list(range(len(size_of)))  # sorted by priority (layer, chunk)
         part_ready = ready[layer_of]
         while pending:
             avail = [q for q in pending if part_ready[q] <= link]
@@ -225,7 +237,7 @@ def _bytescheduler(prof: ModelProfile, env: Environment, p: int, collective: str
             pending = [q for q in pending if q not in taken]
         return events, done, link
 
-    return _steady_state("bytescheduler", prof, p, plan, partitions=len(parts), partition_bytes=part,
+    return _steady_state("bytescheduler", prof, p, plan, partitions=len(size_of), partition_bytes=part,
                          credit_bytes=credit)
 
 
@@ -246,11 +258,8 @@ def _bytescheduler_kernel(cfg: Configurations, collective: str | None = None, *,
         raise CommscopeError(f"credit_bytes ({credit:g}) must be at least one partition ({part:g} bytes)")
     comm = cfg.comm("allreduce", collective, params)
     prof, nbytes = cfg.prof, cfg.nbytes
-    counts = np.maximum(1, np.ceil(nbytes / part).astype(int))
-    layer_of = np.repeat(np.arange(len(nbytes)), counts)
-    chunk = np.arange(len(layer_of)) - np.repeat(np.cumsum(counts) - counts, counts)
-    size_of = np.minimum(part, nbytes[layer_of] - chunk * part)
-    first_of_layer = np.cumsum(counts) - counts
+    layer_of, size_of = partitions(nbytes, part)
+    first_of_layer = np.searchsorted(layer_of, np.arange(len(nbytes)))
     fwd, bwd = np.array(prof.column("forward_s")), np.array(prof.column("backward_s"))
     after_backward = np.cumsum(bwd[::-1])[::-1]
     c = cfg.p.shape[0]
@@ -287,10 +296,13 @@ for _entry in (
              {"partition_bytes": 4 * 2**20, "credit_bytes": 16 * 2**20}, _bytescheduler,
              perfect_overlap=sp.Max(F + B, C), vectorized=_bytescheduler_kernel),
     Schedule("dear",
-             "reduce-scatter of fused groups during backward, all-gather of each group before its forward "
-             "in the next iteration",
+             "groups formed in forward order while below buffer_bytes; reduce-scatter of each group during "
+             "backward, then one all-gather in flight at a time: group 0's after the step, group g+1's from "
+             "group g's forward pre-hook in the next iteration",
              "Zhang, Shi, et al., 'DeAR: accelerating distributed deep learning with fine-grained all-reduce "
-             "pipelining', ICDCS 2023 (arXiv 2302.12445)", "allreduce", {"buffer_bytes": DDP_BUCKET_BYTES},
+             "pipelining', ICDCS 2023 (arXiv 2302.12445); reference implementation dear/dopt_rsag.py "
+             "(lzhangbv/dear_pytorch: _generate_groups_with_threshold, _forward_pre_hook, _bp_barrier; "
+             "THRESHOLD = 25 MB)", "allreduce", {"buffer_bytes": DDP_BUCKET_BYTES},
              _dear, perfect_overlap=sp.Max(F + B, C), vectorized=_dear_kernel),
 ):
     SCHEDULES.register(_entry)

@@ -1,8 +1,9 @@
 """Sequential and per-tensor schedules: BSP, WFBP, fusion, MG-WFBP, parameter server and local SGD.
 
 Each iteration's communication ends within the iteration: per-tensor all-reduces after backward
-(BSP) or as each gradient is ready (WFBP), fused buckets (fusion, MG-WFBP), through parameter
-servers (ps), or a model average every H steps (local SGD). Every schedule has an event
+(BSP) or as each gradient is ready (WFBP), fused buckets (fusion, MG-WFBP; DDP buckets dense bytes
+before its comm hook compresses them), through parameter servers with pipelined push and pull of
+partitions (ps), or a model average every H steps (local SGD). Every schedule has an event
 simulation and a vectorized kernel over many configurations.
 """
 
@@ -26,10 +27,14 @@ from .blocks import (
     _result,
     _send_in_order,
     _validated,
+    chained_prices,
     greedy_buckets,
+    partitions,
     serial_ends,
 )
-from .core import SCHEDULES, B, C, Configurations, F, IterationResult, Schedule
+from .core import COMPRESSED, SCHEDULES, B, C, Configurations, F, IterationResult, Schedule
+
+BYTEPS_PARTITION_BYTES = 4_096_000  # BytePS docs/env.md: "The default and recommended value is 4096000"
 
 
 # -------------------------------------------------------------------------------- schedules
@@ -56,6 +61,25 @@ def _wfbp(prof: ModelProfile, env: Environment, p: int, collective: str | None =
     return _per_tensor("wfbp", prof, env, p, collective, params, overlap=True)
 
 
+def _fusion_buckets(prof: ModelProfile, cap: float, first: float) -> tuple[list[list[int]], np.ndarray]:
+    """DDP's buckets in backward order and each bucket's message sizes, shape (buckets, K).
+
+    DDP buckets by the dense gradient bytes (``_compute_bucket_assignment_by_size``) and its comm hook
+    then compresses each bucket: under a compressor (:data:`COMPRESSED`) the buckets are formed on the
+    uncompressed bytes and carry the compressed ones, in the compressor's K messages per bucket
+    (PowerSGD: the uncompressed tensors, the Ps, the Qs).
+    """
+    active = COMPRESSED.get()
+    if active is not None and active.profile is prof:
+        dense, parts = active.dense_bytes, active.parts
+    else:
+        dense = np.array(prof.column("grad_bytes"))
+        parts = dense[:, None]
+    back = np.arange(len(prof) - 1, -1, -1)
+    groups = [[int(back[j]) for j in g] for g in greedy_buckets(dense[back], cap, first)]
+    return groups, np.array([parts[g].sum(axis=0) for g in groups])
+
+
 def _fusion(prof: ModelProfile, env: Environment, p: int, collective: str | None = None, *,
             bucket_bytes: Any = DDP_BUCKET_BYTES, first_bucket_bytes: Any = DDP_FIRST_BUCKET_BYTES,
             **params: Any) -> IterationResult:
@@ -64,10 +88,10 @@ def _fusion(prof: ModelProfile, env: Environment, p: int, collective: str | None
     first = _bytes_option("first_bucket_bytes", first_bucket_bytes)
     events, ready = _compute_events(prof)
     comm = Comm("allreduce", p, env, collective, params)
-    backward_order = np.arange(len(prof) - 1, -1, -1)
-    groups = [[int(backward_order[j]) for j in g] for g in greedy_buckets(nbytes[backward_order], cap, first)]
+    groups, sizes = _fusion_buckets(prof, cap, first)
     if p > 1:
-        events += _send_in_order(groups, ready, nbytes, comm, "allreduce", names)[0]
+        times = chained_prices(comm, sizes)[0]
+        events += _send_in_order(groups, ready, nbytes, comm, "allreduce", names, times=times)[0]
     return _result("fusion", p, prof, events, buckets=len(groups))
 
 
@@ -107,14 +131,47 @@ def _mgwfbp(prof: ModelProfile, env: Environment, p: int, collective: str | None
     return _result("mgwfbp", p, prof, events, groups=len(groups))
 
 
-def _ps(prof: ModelProfile, env: Environment, p: int, collective: str | None = None, *, k: int | None = None,
-        **params: Any) -> IterationResult:
+def _ps_plan(nbytes: np.ndarray, collective: Any, k: Any, partition_bytes: Any, params: dict[str, Any]
+             ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """The partitions a pipelined parameter server sends, in backward order: (tensor, bytes) of each,
+    and the parameter_server collective's parameters."""
     if collective not in (None, "parameter_server"):
         raise CommscopeError(f"the ps schedule always uses the parameter_server collective, got {collective!r}")
-    extra = {} if k is None else {"k": k}
-    r = _wfbp(prof, env, p, "parameter_server", **extra, **params)
-    return IterationResult("ps", r.p, r.iteration_time, r.compute_time, r.batch_size, r.timeline,
-                           {**r.details, "servers": p if k is None else k})
+    part = _bytes_option("partition_bytes", partition_bytes)
+    back = np.arange(len(nbytes) - 1, -1, -1)
+    layer_of, size_of = partitions(nbytes[back], part)
+    return back[layer_of], size_of, {**({} if k is None else {"k": k}), **params}
+
+
+def _push_pull(ready: np.ndarray, half: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """End times of each partition's push and pull (derived here).
+
+    BytePS pushes partition j+1 while partition j is pulled: the worker's link is full duplex, pushes
+    go up in order once their tensor is ready, and a partition is pulled once its push has been summed.
+    The parameter_server collective prices push + pull of m bytes as T(m) = 2 alpha + 2 max(p/k, 1) m beta
+    + (p-1)/k m gamma; each stage takes half of it, T(m)/2 (the servers' sum split evenly, exact at
+    gamma = 0). Two serial stages are a two-stage flow shop: push_j = max(push_{j-1}, ready_j) + T_j/2,
+    pull_j = max(pull_{j-1}, push_j) + T_j/2 (:func:`serial_ends` twice). One tensor of n = P s bytes,
+    ready at 0: push_j = j T(s)/2, pull_P = (P + 1) T(s)/2 = (1 + 1/P) max(p/k, 1) n beta + (P + 1) alpha
+    (+ gamma), about n beta plus the pipeline's fill, where one message takes T(n) = 2 n beta + 2 alpha.
+    """
+    push = serial_ends(ready, half)
+    return push, serial_ends(push, half)
+
+
+def _ps(prof: ModelProfile, env: Environment, p: int, collective: str | None = None, *, k: int | None = None,
+        partition_bytes: Any = BYTEPS_PARTITION_BYTES, **params: Any) -> IterationResult:
+    nbytes, names = _validated(prof, env, p)
+    layer_of, size_of, ps_params = _ps_plan(nbytes, collective, k, partition_bytes, params)
+    events, ready = _compute_events(prof)
+    if p > 1:
+        half = Comm("allreduce", p, env, "parameter_server", ps_params)(size_of) / 2
+        push, pull = _push_pull(ready[layer_of], half)
+        for j, i in enumerate(layer_of):
+            h, n = float(half[j]), float(size_of[j])
+            events.append(Event("comm", "push", names[i], float(push[j]) - h, float(push[j]), n))
+            events.append(Event("pull", "pull", names[i], float(pull[j]) - h, float(pull[j]), n))
+    return _result("ps", p, prof, events, servers=p if k is None else k, partitions=len(size_of))
 
 
 def _local_sgd(prof: ModelProfile, env: Environment, p: int, collective: str | None = None, *, H: int = 8,
@@ -153,20 +210,14 @@ def _wfbp_kernel(cfg: Configurations, collective: str | None = None, **params: A
     return _per_tensor_kernel(cfg, collective, params, overlap=True)
 
 
-def _groups_kernel(cfg: Configurations, groups: list[list[int]], comm: Comm) -> np.ndarray:
-    """Fixed groups sent in order, each when its last gradient is ready: the end of communication."""
-    sizes = np.array([cfg.nbytes[g].sum() for g in groups])
-    ready = np.array([cfg.ready[g].max() for g in groups])
-    return np.maximum(serial_ends(ready, comm(sizes[None, :]))[:, -1], cfg.prof.compute_s)
-
-
 def _fusion_kernel(cfg: Configurations, collective: str | None = None, *, bucket_bytes: Any = DDP_BUCKET_BYTES,
                    first_bucket_bytes: Any = DDP_FIRST_BUCKET_BYTES, **params: Any) -> np.ndarray:
     cap = _bytes_option("bucket_bytes", bucket_bytes)
     first = _bytes_option("first_bucket_bytes", first_bucket_bytes)
-    back = np.arange(len(cfg.prof) - 1, -1, -1)
-    groups = [[int(back[j]) for j in g] for g in greedy_buckets(cfg.nbytes[back], cap, first)]
-    return _groups_kernel(cfg, groups, cfg.comm("allreduce", collective, params))
+    groups, sizes = _fusion_buckets(cfg.prof, cap, first)
+    times = chained_prices(cfg.comm("allreduce", collective, params), sizes)
+    ready = np.array([cfg.ready[g].max() for g in groups])
+    return np.maximum(serial_ends(ready, times)[:, -1], cfg.prof.compute_s)
 
 
 def _mgwfbp_kernel(cfg: Configurations, collective: str | None = None, **params: Any) -> np.ndarray:
@@ -192,11 +243,11 @@ def _mgwfbp_kernel(cfg: Configurations, collective: str | None = None, **params:
     return np.maximum(end, cfg.prof.compute_s)
 
 
-def _ps_kernel(cfg: Configurations, collective: str | None = None, *, k: int | None = None, **params: Any
-               ) -> np.ndarray:
-    if collective not in (None, "parameter_server"):
-        raise CommscopeError(f"the ps schedule always uses the parameter_server collective, got {collective!r}")
-    return _wfbp_kernel(cfg, "parameter_server", **({} if k is None else {"k": k}), **params)
+def _ps_kernel(cfg: Configurations, collective: str | None = None, *, k: int | None = None,
+               partition_bytes: Any = BYTEPS_PARTITION_BYTES, **params: Any) -> np.ndarray:
+    layer_of, size_of, ps_params = _ps_plan(cfg.nbytes, collective, k, partition_bytes, params)
+    half = cfg.comm("allreduce", "parameter_server", ps_params)(size_of[None, :]) / 2
+    return np.maximum(_push_pull(cfg.ready[layer_of], half)[1][:, -1], cfg.prof.compute_s)
 
 
 def _local_sgd_kernel(cfg: Configurations, collective: str | None = None, *, H: int = 8, **params: Any
@@ -223,9 +274,13 @@ for _entry in (
              "Shi, Wang, Chu, Li, 'MG-WFBP: Efficient data communication for distributed synchronous SGD "
              "algorithms', IEEE INFOCOM 2019, Sec. IV", "allreduce", {}, _mgwfbp,
              vectorized=_mgwfbp_kernel),
-    Schedule("ps", "WFBP over a BytePS-like parameter server with k servers (default k = p)",
-             "Jiang et al., BytePS, OSDI 2020; Shi et al., arXiv 2005.13247 (PS architecture)", "allreduce",
-             {"k": None}, _ps, vectorized=_ps_kernel),
+    Schedule("ps", "WFBP over a BytePS-like parameter server with k servers (default k = p): each tensor cut "
+             "into partitions (BytePS default 4,096,000 B) whose push and pull pipeline on the two directions "
+             "of the link; C is the push direction's busy time (the pull's is the same)",
+             "Jiang et al., BytePS, OSDI 2020 (partitioned push/pull pipeline; BYTEPS_PARTITION_BYTES default "
+             "4096000, docs/env.md); flow-shop recurrences derived here", "allreduce",
+             {"k": None, "partition_bytes": BYTEPS_PARTITION_BYTES}, _ps, no_overlap=F + B + 2 * C,
+             vectorized=_ps_kernel),
     Schedule("local_sgd", "local steps, model averaged every H iterations (amortised time per iteration)",
              "Lin et al., 'Don't use large mini-batches, use local SGD', ICLR 2020; Stich, ICLR 2019", "allreduce",
              {"H": 8}, _local_sgd, no_overlap=F + B + C, perfect_overlap=F + B,

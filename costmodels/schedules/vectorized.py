@@ -10,6 +10,7 @@ one runs :func:`simulate` once per configuration (``SweepResult.method`` says wh
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,9 +20,8 @@ from .._inputs import as_ranks
 from ..environment import Environment
 from ..environment_array import FIELDS, EnvironmentArray, as_environment_array
 from ..errors import CommscopeError
-from ..messages import WIRE
 from ..profiles import ModelProfile
-from .core import COMPRESSIBLE, SCHEDULES, Configurations, compressed_profile, simulate
+from .core import COMPRESSIBLE, SCHEDULES, Configurations, compress, compressing, simulate
 
 CHUNK = 4096  # configurations per kernel call: bounds memory at CHUNK x layers floats per array
 
@@ -74,7 +74,8 @@ def _configurations(envs: EnvironmentArray, p: np.ndarray, lo: int, hi: int) -> 
     flat = np.arange(lo, hi)
     e, j = np.divmod(flat, len(p))
     cols = {f: getattr(envs, f).reshape(-1)[e][:, None] for f in FIELDS}
-    return p[j][:, None], EnvironmentArray(**cols, names=envs.names.reshape(-1)[e][:, None])
+    return p[j][:, None], EnvironmentArray(**cols, names=envs.names.reshape(-1)[e][:, None],
+                                          descriptors=envs.descriptors)
 
 
 def sweep(profile: ModelProfile, envs: Environment | Sequence[Environment] | EnvironmentArray, p: Any,
@@ -95,6 +96,14 @@ def sweep(profile: ModelProfile, envs: Environment | Sequence[Environment] | Env
     if not ranks.size:
         raise CommscopeError("p must name at least one worker count")
     shape = (*grid.shape, len(ranks))
+    if not grid.uniform:  # environments with different libraries (or fabrics): each group priced on its own
+        times = np.empty((grid.size, len(ranks)))
+        parts = [(idx, sweep(profile, sub, ranks, schedule, collective, compressor, **options))
+                 for idx, sub in grid.groups()]
+        for idx, part in parts:
+            times[idx] = part.iteration_time.reshape(len(idx), len(ranks))
+        return SweepResult(entry.name, profile.name, ranks, grid, times.reshape(shape), profile.compute_s,
+                           profile.batch_size, parts[0][1].method, compressor)
     total = grid.size * len(ranks)
     if entry.vectorized is None:
         times = np.array([
@@ -104,21 +113,19 @@ def sweep(profile: ModelProfile, envs: Environment | Sequence[Environment] | Env
         ])
         return SweepResult(entry.name, profile.name, ranks, grid, times.reshape(shape), profile.compute_s,
                            profile.batch_size, "per-configuration loop", compressor)
-    prof, token = profile, None
+    squeezed = None
     if compressor is not None:
         if entry.name not in COMPRESSIBLE:
             raise CommscopeError(f"compression runs on top of the schedules {', '.join(COMPRESSIBLE)}; "
                                  f"{entry.name} communicates shards, got compressor {compressor!r}")
-        prof, wire = compressed_profile(profile, compressor)
-        token = WIRE.set(wire)
-    try:
-        out = np.empty(total)
-        for lo in range(0, total, CHUNK):
-            hi = min(total, lo + CHUNK)
-            ps, es = _configurations(grid, ranks, lo, hi)
+        squeezed = compress(profile, compressor)
+    prof = profile if squeezed is None else squeezed.profile
+    out = np.empty(total)
+    for lo in range(0, total, CHUNK):
+        hi = min(total, lo + CHUNK)
+        ps, es = _configurations(grid, ranks, lo, hi)
+        # decoding per received byte depends on p: the wire is set for each chunk's configurations
+        with nullcontext() if squeezed is None else compressing(squeezed, ps):
             out[lo:hi] = entry.vectorized(Configurations(prof, ps, es), collective, **options)
-    finally:
-        if token is not None:
-            WIRE.reset(token)
     return SweepResult(entry.name, profile.name, ranks, grid, out.reshape(shape), profile.compute_s,
                        profile.batch_size, "vectorized", compressor)

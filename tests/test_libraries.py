@@ -1,0 +1,221 @@
+"""The collective-library layer (costmodels.libraries): what NCCL, gloo, MPICH and the ideal library run, and
+what it costs, pinned to values worked by hand from NCCL 2.21's tuning model and the libraries' rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import costmodels as cm
+from costmodels.libraries import nccl_constants as tables
+
+A100 = cm.environment("NVLink-A100")  # 8 GPUs on one NVSwitch node, NCCL, cc 80
+DGX2 = cm.environment("8xA100-NVLink+IB-HDR")  # nodes of 8 A100, 8 HDR NICs (24 GB/s each as NCCL models them)
+FLAT = cm.Environment(alpha=10e-6, beta=1e-9, gamma=1e-10)  # a custom environment: the ideal library
+
+
+def test_registry_and_environment_defaults() -> None:
+    assert cm.libraries() == ["ideal", "gloo", "mpich", "nccl"]
+    assert FLAT.library == "ideal"
+    assert cm.environment("10GbE").library == "gloo" and A100.library == "nccl" and A100.link == "nvlink"
+    assert cm.environment("NVLink-H100").nvls and cm.environment("IB-NDR").compute_capability == 90
+    with pytest.raises(cm.CommscopeError, match="library must be one of ideal, nccl, gloo, mpich, got 'nvshmem'"):
+        FLAT.with_(library="nvshmem")
+    with pytest.raises(cm.CommscopeError, match="oversubscription must be >= 1"):
+        FLAT.with_(oversubscription=0.5)
+    assert cm.Environment.from_dict(DGX2.to_dict()) == DGX2
+
+
+def test_nccl_small_allreduce_on_one_a100_node_by_hand() -> None:
+    # ring/LL wins: baseLat 6.6 us + nsteps 2(8-1) = 14 hops x NVLink LL 0.6 us = 15.0 us of latency;
+    # LL bus bandwidth min(llMaxBw[Ampere][1 node] = 87.7, 0.5 x 240) = 87.7 GB/s, algBw = 87.7 x 8/14 = 50.114 GB/s
+    c = cm.choose("allreduce", [8.0, 2.0**20], 8, A100)
+    assert list(c.algorithm) == ["ring", "ring"] and list(c.protocol) == ["LL", "LL"]
+    algbw = 87.7e9 * 8 / 14
+    assert c.time[0] == pytest.approx(15.0e-6 + 8 / algbw, rel=1e-12)  # 15.00 us (the audit: NCCL's 15 us)
+    assert c.time[1] == pytest.approx(15.0e-6 + 2**20 / algbw, rel=1e-12)  # 35.92 us (NCCL's 36 us)
+    # LL128 at 1 MiB would cost 14 + 14 x 1.9 = 40.6 us of latency alone: more than LL's whole 35.9 us
+
+
+def test_nccl_large_allreduce_on_one_a100_node_by_hand() -> None:
+    # ring/Simple: 8.4 + 14 x 3.4 = 56.0 us; bus bandwidth 240 GB/s (12 NVLinks x 20), algBw = 240 x 8/14;
+    # gamma 3/1555e9 s/B x 7/8 of n reduced = 1.69 ps/B < 1/137.1 GB/s = 7.29 ps/B: the transfer bounds
+    n = 2.0**30
+    c = cm.choose("allreduce", n, 8, A100)
+    assert (c.algorithm, c.protocol, int(c.channels)) == ("ring", "Simple", 12)  # ceil(240 / 20) channels
+    assert float(c.time) == pytest.approx(56.0e-6 + n / (240e9 * 8 / 14), rel=1e-12)  # 7.8856 ms
+    assert cm.busbw("allreduce", n, float(c.time), 8) / 1e9 == pytest.approx(238.3, abs=0.05)
+
+
+def test_nccl_tree_across_two_dgx_a100_nodes_by_hand() -> None:
+    # 2 nodes x 8: ring bus bandwidth min(240, 8 NICs x 24) = 192 GB/s -> 10 channels; the tree crosses the
+    # node boundary once per byte and direction on 2 nodes: min(240, 2 x 192) = 240, x 0.92 = 220.8, under the
+    # cap 10 x perChMaxTreeBw[Ampere][2 nodes] 23.6 = 236; algBw = 220.8 / 2 = 110.4 GB/s.
+    # Simple tree latency 2 x ((8-1) x 28 + floor(log2 2) x 28) = 448 us; at 2 GiB no tree correction (beyond 256 MiB)
+    n = 2.0**31
+    c = cm.choose("allreduce", n, 16, DGX2)
+    assert (c.algorithm, c.protocol) == ("tree", "Simple")
+    assert float(c.time) == pytest.approx(448e-6 + n / 110.4e9, rel=1e-12)
+    # ring would be 192 x 16/30 = 102.4 GB/s algBw: slower, as NCCL's own estimate says too
+    assert cm.busbw("allreduce", n, float(c.time), 16) / 1e9 == pytest.approx(202.3, abs=0.1)  # vs 23 GB/s flat ring
+
+
+def test_nccl_chooses_with_its_own_latencies_but_prices_the_real_network() -> None:
+    # the same two nodes with a 30 us TCP-like network: NCCL still thinks a NET hop is 2.7 us (ring LL)
+    slow = DGX2.with_(alpha=30e-6)
+    fast_choice, slow_choice = cm.choose("allreduce", 1024.0, 16, DGX2), cm.choose("allreduce", 1024.0, 16, slow)
+    assert (slow_choice.algorithm, slow_choice.protocol) == (fast_choice.algorithm, fast_choice.protocol)
+    # tree/LL: 2 x ((8-1) x 0.6 + 1 x 5.0) + 6.8 = 23.2 us in NCCL's model; each NET hop costs 30 - 2.7 us more
+    assert (fast_choice.algorithm, fast_choice.protocol) == ("tree", "LL")
+    assert float(slow_choice.time - fast_choice.time) == pytest.approx(2 * 27.3e-6, rel=1e-9)
+
+
+def test_reduction_is_pipelined_with_the_transfer() -> None:
+    # gamma so large that reducing 7/8 of n takes longer than moving it: time = latency + n x 7/8 x gamma
+    slow_gpu = A100.with_(gamma=1e-10)
+    n = 2.0**30
+    c = cm.choose("allreduce", n, 8, slow_gpu)
+    assert float(c.time) == pytest.approx(56.0e-6 + n * 7 / 8 * 1e-10, rel=1e-12)
+    # allgather reduces nothing: gamma does not enter
+    assert float(cm.choose("allgather", n, 8, slow_gpu).time) == float(cm.choose("allgather", n, 8, A100).time)
+
+
+def test_oversubscription_and_rail_optimised_leaves() -> None:
+    # 4 nodes under leaves of 2 with a 2:1 fat tree: the ring's inter-node share halves (192 -> 96 GB/s)
+    n = 2.0**31
+    base = DGX2.with_(library="nccl")
+    ring_only = {"sharp": False}
+    flat = cm.choose("allgather", n, 32, base.with_(**ring_only))
+    over = cm.choose("allgather", n, 32, base.with_(oversubscription=2.0, nodes_per_leaf=2))
+    bw_flat, bw_over = n / float(flat.time), n / float(over.time)
+    assert bw_over / bw_flat == pytest.approx(0.5, rel=0.01)
+    # rail-optimised leaves serve 2 x 8 NICs' nodes: 4 nodes stay below the spine, full bandwidth again
+    rail = cm.choose("allgather", n, 32, base.with_(oversubscription=2.0, nodes_per_leaf=2, rail_optimized=True))
+    assert float(rail.time) == float(flat.time)
+    # and a single leaf of 4 nodes is not oversubscribed at all
+    assert float(cm.choose("allgather", n, 32, base.with_(oversubscription=2.0, nodes_per_leaf=4)).time) == \
+        float(flat.time)
+
+
+def test_nics_per_node_set_the_multi_node_ring() -> None:
+    n = 2.0**31
+    one_nic = cm.choose("allgather", n, 16, DGX2.with_(nics_per_node=1))
+    eight = cm.choose("allgather", n, 16, DGX2)
+    # ring bus bandwidth min(240, 1 x 24) = 24 vs min(240, 8 x 24) = 192 GB/s: 8 times the time (latency aside)
+    assert float(one_nic.time) / float(eight.time) == pytest.approx(8.0, rel=0.01)
+
+
+def test_in_network_reduction_appears_where_the_switches_have_it() -> None:
+    sizes = 2.0 ** np.arange(10, 34)
+    plain = cm.choose("allreduce", sizes, 32, DGX2)
+    sharp = cm.choose("allreduce", sizes, 32, DGX2.with_(sharp=True))
+    assert "collnet_direct" not in set(plain.algorithm) and "collnet_direct" in set(sharp.algorithm)
+    # 4 nodes at 1 GiB: CollNet's algBw min(8 NICs x 24 = 192, 1 / (2 x 7/8 / 240)) = 137.1 GB/s beats the ring's
+    # 192 x 32/62 = 99.1 and the tree's 0.92 x 192 / 2 = 88.3
+    big = sizes == 2.0**30
+    assert sharp.algorithm[big][0] == "collnet_direct" and sharp.time[big][0] < plain.time[big][0] / 1.3
+    h100 = cm.environment("NVLink-H100")
+    assert h100.nvls and cm.choose("allreduce", 2.0**30, 8, h100).algorithm == "nvls"
+    # NVLS: algBw = 5/6 x 370.8 GB/s (tuning.cc 212-219), one NVLink hop of latency (25 us)
+    assert float(cm.choose("allreduce", 2.0**30, 8, h100).time) == pytest.approx(25e-6 + 2**30 / (370.8e9 * 5 / 6),
+                                                                                 rel=1e-12)
+
+
+def test_gloo_runs_one_algorithm_per_primitive() -> None:
+    env = cm.environment("10GbE")
+    sizes = 2.0 ** np.arange(0, 30)
+    for primitive, algorithm in (("allreduce", "ring_allreduce"), ("reduce_scatter", "allreduce_reduce_scatter"),
+                                 ("allgather", "ring_allgather"), ("broadcast", "binomial_broadcast"),
+                                 ("reduce", "ring_reduce")):
+        c = cm.choose(primitive, sizes, 6, env)
+        assert set(c.algorithm) == {algorithm}, primitive
+        assert np.array_equal(c.time, cm.collective(algorithm).time(sizes, 6, env))
+
+
+def test_ring_reduce_by_hand() -> None:
+    # gloo's reduce: ring reduce-scatter then the blocks to the root: 2 (p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma
+    env = cm.Environment(alpha=1e-5, beta=1e-9, gamma=1e-10)
+    assert cm.collective("ring_reduce").time(4e6, 4, env) == pytest.approx(6e-5 + 1.5 * 4e6 * 1e-9 + 0.75 * 4e5 * 1e-9)
+
+
+def test_mpich_switches_at_its_documented_thresholds() -> None:
+    env = cm.environment("10GbE").with_(library="mpich")
+
+    def algo(primitive: str, n: float, p: int) -> str:
+        return str(cm.choose(primitive, n, p, env).algorithm)
+
+    # allreduce.c: recursive doubling up to 2048 B (or fewer elements than p'), Rabenseifner above
+    assert algo("allreduce", 2048, 6) == "recursive_doubling_allreduce_general"
+    assert algo("allreduce", 2052, 6) == "rabenseifner_allreduce_general"
+    assert algo("allreduce", 60, 64) == "recursive_doubling_allreduce_general"  # 15 floats < p' = 64
+    # allgather.c: recursive doubling below 512 KiB on p = 2^k; else Bruck below 80 KiB; else ring
+    assert algo("allgather", 400_000, 8) == "recursive_doubling_allgather"
+    assert algo("allgather", 50_000, 6) == "bruck_allgather"
+    assert algo("allgather", 100_000, 6) == "ring_allgather"
+    assert algo("allgather", 600_000, 8) == "ring_allgather"
+    # bcast.c: binomial below 12 KiB or under 8 ranks, scatter + allgather above
+    assert algo("broadcast", 1e6, 4) == "binomial_broadcast"
+    assert algo("broadcast", 12_287, 16) == "binomial_broadcast"
+    assert algo("broadcast", 12_288, 16) == "scatter_allgather_broadcast"
+    # red_scat.c: recursive halving below 512 KiB on p = 2^k, else pairwise (a ring's cost)
+    assert algo("reduce_scatter", 100_000, 8) == "recursive_halving_reduce_scatter"
+    assert algo("reduce_scatter", 100_000, 6) == "ring_reduce_scatter"
+
+
+def test_recursive_doubling_allreduce_general_by_hand() -> None:
+    env = cm.Environment(alpha=1.0, beta=1e-3, gamma=1e-4)  # n = 1000: n beta = 1, n gamma = 0.1
+    c = cm.collective("recursive_doubling_allreduce_general")
+    assert c.time(1000, 4, env) == pytest.approx(2 * 2.1)  # lg 4 = 2 steps of (alpha + n beta + n gamma)
+    assert c.time(1000, 6, env) == pytest.approx(2 * 2.1 + 4.1)  # + fold-in (1 + 1 + 0.1) + result (1 + 1)
+
+
+def test_ideal_is_the_cheapest_registered_algorithm() -> None:
+    sizes = 2.0 ** np.arange(0, 32)
+    for p in (3, 8, 64):
+        c = cm.choose("allreduce", sizes, p, FLAT)
+        best = cm.cheapest("allreduce", sizes, p, FLAT)
+        assert list(c.algorithm) == list(best.algorithm) and np.array_equal(c.time, best.time)
+
+
+def test_collective_none_means_the_library_choice_in_schedules() -> None:
+    prof = cm.profile("resnet50")
+    gloo = cm.environment("10GbE")
+    ideal = gloo.with_(library="ideal")
+    assert cm.simulate(prof, gloo, 32, "bsp").iteration_time == pytest.approx(
+        cm.simulate(prof, gloo, 32, "bsp", collective="ring_allreduce").iteration_time, rel=1e-12)
+    assert cm.simulate(prof, ideal, 32, "bsp").iteration_time <= cm.simulate(prof, gloo, 32, "bsp").iteration_time
+
+
+def test_primitives_a_library_has_no_rule_for_fall_back_to_ideal() -> None:
+    c = cm.choose("gossip", 1e6, 8, A100)
+    assert c.library == "ideal" and str(c.algorithm) in cm.collectives("gossip")
+
+
+def test_choose_broadcasts_and_bands() -> None:
+    sizes = 2.0 ** np.arange(3, 35)
+    c = cm.choose("allreduce", sizes, np.array([[8], [16], [64]]), DGX2)
+    assert c.time.shape == c.algorithm.shape == c.protocol.shape == c.channels.shape == (3, sizes.size)
+    one = cm.choose("allreduce", sizes, 8, A100)
+    bands = cm.choice_bands(sizes, one)
+    assert [b[2] for b in bands] == ["ring/LL", "ring/LL128", "ring/Simple"]
+    assert bands[0][0] == 8 and bands[-1][1] == 2.0**34
+    assert float(cm.choose("allreduce", 1e6, 1, A100).time) == 0.0  # one rank sends nothing
+    with pytest.raises(cm.CommscopeError, match="message sizes must be finite and >= 0"):
+        cm.choose("allreduce", -1.0, 8, A100)
+
+
+def test_constants_are_nccl_2_21s() -> None:
+    assert tables.VERSION == "2.21.5"
+    assert tables.BASE_LATENCY["ring"] == (6.6, 14.0, 8.4) and tables.HW_LATENCY["network"]["ring"] == (2.7, 4.0, 14.0)
+    assert tables.LL_MAX_BW[1][0] == 87.7 and tables.PER_CHANNEL_TREE_BW[1] == (24.0, 23.6, 17.8)
+    assert len(tables.TREE_CORRECTION[2]) == 23  # 64 B .. 256 MiB
+
+
+def test_mixed_environments_sweep_per_library() -> None:
+    prof = cm.profile("resnet50")
+    envs = [cm.environment("10GbE"), A100, FLAT]
+    s = cm.sweep(prof, envs, [4, 8], "wfbp")
+    for i, env in enumerate(envs):
+        for j, p in enumerate((4, 8)):
+            assert s.iteration_time[i, j] == pytest.approx(cm.simulate(prof, env, p, "wfbp").iteration_time,
+                                                           rel=1e-12)
