@@ -167,6 +167,22 @@ _preset(
         "gamma: A100"
     ),
 )
+_preset(
+    name="PCIe3x16-noP2P",
+    alpha=NCCL_LL_LATENCY_PCI,
+    beta=1 / (5.7 * GB),
+    gamma=3 / 616e9,
+    link="pcie",
+    library="nccl",
+    compute_capability=75,
+    description="PCIe 3.0 x16 GPUs without peer-to-peer (host-staged): 5.7 GB/s achieved (12 GB/s nominal)",
+    source=(
+        "ACHIEVED: cuda-samples p2pBandwidthLatencyTest with P2P disabled, 2x RTX 2080 Ti on one PCIe 3.0 switch: "
+        "5.71 / 5.70 GB/s unidirectional (github.com/Anthony-Hoo/Anthony-Hoo.github.io posts/AutoDL_Multi-GPU_"
+        "Interconnection_Test.md @37e805e8); nominal PCIe 3.0 x16 is 12 GB/s as NCCL models it; alpha 1.0 us: "
+        "NCCL tuning.cc PCI hwLat (Ring, LL); gamma: RTX 2080 Ti 616 GB/s GDDR6; cc 7.5 (no LL128)"
+    ),
+)
 # -------------------------------------------------------------------------------- NVLink
 _preset(
     name="NVLink-V100",
@@ -250,4 +266,24 @@ _two_level(
 _two_level(
     "8xH100-NVLink+IB-NDR", "NVLink-H100", "IB-NDR", 8, 8,
     "DGX H100-like: 8 x H100 on NVLink 4.0, 8 x 400 Gb NDR NICs per node",
+)
+_preset(
+    name="8xH100-NVLink+8x200Gb-TCPXO",
+    alpha=NCCL_LL_LATENCY_NET,
+    beta=1 / (24 * GB),
+    gamma=GAMMA_H100,
+    intra_alpha=NCCL_LL_LATENCY_NVLINK,
+    intra_beta=1 / (18 * 20.6 * GB),
+    gpus_per_node=8,
+    nics_per_node=8,
+    library="nccl",
+    intra_link="nvlink",
+    compute_capability=90,
+    description="Google Cloud A3 Mega-like: 8 x H100 on NVLink 4.0, 8 x 200 Gb/s NICs per node (GPUDirect-TCPXO)",
+    source=(
+        "intra-node: preset NVLink-H100 (18 x 20.6 GB/s); inter-node: A3 Mega's 8 NICs of 200 Gb/s (Google Cloud "
+        "A3 machine series documentation), 24 GB/s each as NCCL models 200 Gb/s (12 GB/s per 100 Gb/s); alpha: "
+        "NCCL's NET hwLat 2.7 us, a placeholder: the TCPXO path's latency is not published (the 2-node nccl-tests "
+        "table in github.com/lessizzmore/create-a3mega-ztan-fork shows ~123 us for small allreduces)"
+    ),
 )

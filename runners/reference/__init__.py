@@ -5,15 +5,24 @@ each behind its own emulated link (one network namespace per rank, tc tbf) at 10
 bound), 1 Gbit/s (balanced) and 2.5 Gbit/s (compute bound), made by :data:`COMMAND`. Per link rate
 it keeps the sweep, fitted environment, profile and iteration records, the plan and the log; at the
 top, the validation records and the CSV / markdown comparison.
+
+``published/`` holds collective measurements published by others (nccl-tests tables and benchmark posts on
+8x A100, 8x H200, 2 x 8 H100 and PCIe GPUs without peer-to-peer), transcribed with their sources in
+``sources.json`` and turned into records (``origin: published``, with the citation and the commscope
+environment that describes the system) by ``tools/make_published_records.py``; :func:`published_comparison`
+puts the environment's library prediction beside each.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
 from runners import results
 
 VALIDATION_DIR = Path(__file__).resolve().parent / "validation"
+PUBLISHED_DIR = Path(__file__).resolve().parent / "published"
 COMMAND = ("commscope validate --suite quick --ranks 4 --emulate 100mbit,1gbit,2500mbit "
            "--out runners/reference/validation")
 
@@ -34,3 +43,37 @@ def records(environment: str) -> list[dict]:
     if not path.exists():
         raise FileNotFoundError(f"no shipped records for {environment!r}; shipped: {', '.join(environments())}")
     return results.load(path).records
+
+
+def published_records() -> list[dict]:
+    """The shipped published measurements (collective records with ``origin: published`` and a citation)."""
+    return results.load(PUBLISHED_DIR / "records.jsonl").records
+
+
+def published_systems() -> list[str]:
+    """The published systems, in the order they are shipped."""
+    return list(dict.fromkeys(r["system"] for r in published_records()))
+
+
+def published_comparison(system: str | None = None) -> list[dict[str, Any]]:
+    """Each published point beside the prediction of its environment's collective library: system, op, p,
+    bytes, measured and predicted time and bus bandwidth, their relative error, and the chosen algorithm."""
+    import costmodels as cm
+
+    rows = []
+    for r in published_records():
+        if system is not None and r["system"] != system:
+            continue
+        env = cm.environment(r["environment"])
+        op, n, p = r["config"]["op"], r["config"]["bytes"], r["run"]["world_size"]
+        c = cm.choose(op, float(n), p, env)
+        t = float(c.time)
+        measured_bw = r["result"]["busbw_GBps"]
+        predicted_bw = n / t * cm.busbw_factor(op, p) / 1e9
+        rows.append({"system": r["system"], "environment": env.name, "op": op, "p": p, "bytes": n,
+                     "measured_s": r["result"]["time_s"], "predicted_s": t, "measured_busbw_GBps": measured_bw,
+                     "predicted_busbw_GBps": predicted_bw,
+                     "busbw_error": predicted_bw / measured_bw - 1 if measured_bw > 0 else math.nan,
+                     "time_error": t / r["result"]["time_s"] - 1, "algorithm": str(c.algorithm),
+                     "protocol": str(c.protocol), "library": c.library, "citation": r["citation"]["source"]})
+    return rows

@@ -1,0 +1,75 @@
+"""Published collective measurements (runners/reference/published): shipped as records with their citations,
+and the NCCL library model held to them where it claims to hold: the bandwidth regime (>= 1 GiB), within 10%.
+
+Below 1 GiB the published tables ramp up more slowly than NCCL's own tuning model (e.g. 8x A100 at 64 MiB:
+171.5 GB/s measured, 215.4 predicted); the model is NCCL's, and those sizes are reported, not pinned
+(bench/bench_published.py prints every point). Where the model is known to miss in the bandwidth regime the
+test is a strict xfail that names the missing term, so that a fix shows up as an XPASS.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runners import reference
+from runners.results import validate
+
+BANDWIDTH_REGIME = 2**30
+SOURCES = Path(reference.PUBLISHED_DIR) / "sources.json"
+
+
+def _errors(system: str) -> list[tuple[int, float]]:
+    return [(r["bytes"], r["busbw_error"]) for r in reference.published_comparison(system)
+            if r["bytes"] >= BANDWIDTH_REGIME]
+
+
+def test_published_records_are_valid_records_with_citations() -> None:
+    recs = reference.published_records()
+    assert len(recs) == sum(len(s["points"]) for s in json.loads(SOURCES.read_text())["systems"])
+    for r in recs:
+        validate(r)
+        assert r["origin"] == "published" and r["citation"]["source"] and r["citation"]["url"].startswith("http")
+        assert "ddl-benchmarks" not in json.dumps(r) and "Korthikanti" not in json.dumps(r)  # kept aside
+    assert reference.published_systems()[:2] == ["8xA100-NVLink (stas00)", "8xH200-NVLink (stas00)"]
+
+
+def test_the_records_are_what_the_tool_makes_of_the_sources() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_published", Path(reference.__file__).parents[2] / "tools" /
+                                                  "make_published_records.py")
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    strip = lambda r: {k: v for k, v in r.items() if k not in ("id", "time")}  # noqa: E731
+    assert [strip(r) for r in tool.records()] == [strip(r) for r in reference.published_records()]
+
+
+@pytest.mark.parametrize("system", ["8xA100-NVLink (stas00)", "2x8 H100 (A3 Mega)"])
+def test_nccl_model_within_10_percent_of_published_busbw_from_1_gib(system: str) -> None:
+    errors = _errors(system)
+    assert len(errors) >= 4
+    assert all(abs(e) <= 0.10 for _, e in errors), errors
+
+
+@pytest.mark.xfail(strict=True, reason="NVLS on H200 with NCCL 2.27: NCCL 2.21's NVLS model (algBw 5/6 of the bus "
+                   "bandwidth) is 12-16% faster than measured; the NVLink SHARP switch throughput is not modelled")
+def test_nvls_on_h200_within_10_percent() -> None:
+    assert all(abs(e) <= 0.10 for _, e in _errors("8xH200-NVLink (stas00)"))
+
+
+@pytest.mark.xfail(strict=True, reason="PCIe without peer-to-peer: the receiving GPU reads the peer's data from host memory "
+                   "over PCIe (about 4 GB/s), slower than the 5.7 GB/s host-staged copy the preset carries; the "
+                   "read path is not modelled (+42% allreduce, +50..77% allgather)")
+@pytest.mark.parametrize("op", ["allreduce", "allgather"])
+def test_pcie_without_p2p_within_10_percent(op: str) -> None:
+    assert all(abs(e) <= 0.10 for _, e in _errors(f"2xRTX2080Ti-PCIe-noP2P {op}"))
+
+
+def test_every_published_point_has_a_prediction() -> None:
+    rows = reference.published_comparison()
+    assert len(rows) == len(reference.published_records())
+    assert all(r["predicted_s"] > 0 and r["library"] == "nccl" for r in rows)
