@@ -61,8 +61,8 @@ def test_nvls_on_h200_within_10_percent() -> None:
     assert all(abs(e) <= 0.10 for _, e in _errors("8xH200-NVLink (stas00)"))
 
 
-@pytest.mark.xfail(strict=True, reason="PCIe without peer-to-peer: the receiving GPU reads the peer's data from host memory "
-                   "over PCIe (about 4 GB/s), slower than the 5.7 GB/s host-staged copy the preset carries; the "
+@pytest.mark.xfail(strict=True, reason="PCIe without peer-to-peer: the receiving GPU reads the peer's data from host "
+                   "memory over PCIe (about 4 GB/s), slower than the 5.7 GB/s host-staged copy the preset carries; the "
                    "read path is not modelled (+42% allreduce, +50..77% allgather)")
 @pytest.mark.parametrize("op", ["allreduce", "allgather"])
 def test_pcie_without_p2p_within_10_percent(op: str) -> None:
