@@ -163,8 +163,9 @@ def test_predict_size_range(capsys: pytest.CaptureFixture[str], argv: tuple[str,
 
 
 def test_predict_auto_picks_the_cheapest(capsys: pytest.CaptureFixture[str]) -> None:
-    """``-a auto`` reports cm.cheapest's algorithm and time at each size (several algorithms win somewhere)."""
-    argv = ("-a", "auto", "--env", "10GbE", "-p", "64", "-b", "1K", "-e", "1G", "-f", "4")
+    """``-a auto --library ideal`` reports cm.cheapest's algorithm and time at each size (several algorithms win
+    somewhere); without --library, 10GbE's own library (gloo) would run its ring at every size."""
+    argv = ("-a", "auto", "--library", "ideal", "--env", "10GbE", "-p", "64", "-b", "1K", "-e", "1G", "-f", "4")
     rows = predict_json(capsys, *argv)["results"]
     env = cm.environment("10GbE")
     sizes = [r["bytes"] for r in rows]
@@ -176,10 +177,30 @@ def test_predict_auto_picks_the_cheapest(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_predict_auto_other_primitive(capsys: pytest.CaptureFixture[str]) -> None:
     """``--primitive`` chooses among that primitive's algorithms for ``-a auto``."""
-    rows = predict_json(capsys, "-a", "auto", "--primitive", "allgather", "--env", "IB-EDR", "-p", "12",
-                        "-s", "1M")["results"]
+    rows = predict_json(capsys, "-a", "auto", "--library", "ideal", "--primitive", "allgather", "--env", "IB-EDR",
+                        "-p", "12", "-s", "1M")["results"]
     assert rows[0]["algorithm"] in cm.collectives("allgather", include_bounds=False)
     assert rows[0]["algorithm"] != "recursive_doubling_allgather"  # p = 12 is not a power of two
+
+
+def test_predict_auto_shows_the_library_choice(capsys: pytest.CaptureFixture[str]) -> None:
+    """``-a auto`` on an NCCL environment reports NCCL's algorithm, protocol and channels per size
+    (NVLink-A100, p = 8: ring/LL at 8 B, 15.0 us, ring/Simple at 1 GiB; tests/test_libraries.py works them out)."""
+    rows = predict_json(capsys, "-a", "auto", "--env", "NVLink-A100", "-p", "8", "-s", "8", "-s", "1G")["results"]
+    assert [(r["library"], r["algorithm"], r["protocol"]) for r in rows] == [("nccl", "ring", "LL"),
+                                                                             ("nccl", "ring", "Simple")]
+    assert rows[0]["time_s"] == pytest.approx(15.0e-6, rel=1e-4) and rows[1]["channels"] == 12
+    gloo = predict_json(capsys, "-a", "auto", "--env", "NVLink-A100", "--library", "gloo", "-p", "8", "-s", "1M")
+    assert gloo["results"][0]["algorithm"] == "ring_allreduce" and gloo["environment"]["library"] == "gloo"
+
+
+def test_predict_library_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", "collective", "-a", "auto", "--env", "10GbE", "-p", "8", "-s", "1M",
+                 "--library", "openmpi"]) == 2
+    assert "--library must be one of ideal, gloo, mpich, nccl, got 'openmpi'" in capsys.readouterr().err
+    assert main(["predict", "collective", "-a", "ring_allreduce", "--env", "10GbE", "-p", "8", "-s", "1M",
+                 "--library", "nccl"]) == 2
+    assert "--library chooses the algorithm of 'auto': add -a auto" in capsys.readouterr().err
 
 
 def test_predict_with_algorithm_parameter(capsys: pytest.CaptureFixture[str]) -> None:

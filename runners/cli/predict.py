@@ -27,7 +27,8 @@ from .common import (
 
 def predict_collective(
     algorithm: Annotated[list[str], typer.Option("--algorithm", "-a",
-                         help="algorithm name(s), comma-separated or repeated; 'auto' = cheapest of --primitive")],
+                         help="algorithm name(s), comma-separated or repeated; 'auto' = what the collective "
+                              "library runs for --primitive (see --library)")],
     p: Annotated[list[int], typer.Option("--p", "-p", help="number of ranks (repeatable)")],
     env: Annotated[str | None, typer.Option(help="preset name or environment JSON file")] = None,
     size: Annotated[list[str], typer.Option("--size", "-s", help="message size, e.g. 100MiB (repeatable)")] = [],  # noqa: B006
@@ -39,10 +40,18 @@ def predict_collective(
     beta: Annotated[float | None, typer.Option(help="inverse bandwidth, s/byte (overrides --env)")] = None,
     gamma: Annotated[float | None, typer.Option(help="reduction cost, s/byte (overrides --env)")] = None,
     param: Annotated[list[str], typer.Option("--param", help="algorithm parameter NAME=VALUE, e.g. k=4")] = [],  # noqa: B006
+    library: Annotated[str | None, typer.Option(
+        "--library", help="collective library choosing 'auto': nccl, gloo, mpich or ideal (the cheapest registered "
+                          "algorithm) [default: the environment's]")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
-    """Time, algbw and busbw of collective algorithms (nccl-tests conventions)."""
+    """Time, algbw and busbw of collective algorithms (nccl-tests conventions); 'auto' shows the library's choice
+    (algorithm, protocol and channels) at each size."""
     environment = resolve_env(env, alpha, beta, gamma)
+    if library is not None:
+        if library not in cm.libraries():
+            raise UsageError(f"--library must be one of {', '.join(cm.libraries())}, got {library!r}")
+        environment = environment.with_(library=library)
     names = [x.strip() for a in algorithm for x in a.split(",") if x.strip()]
     if not names:
         raise UsageError("--algorithm is empty")
@@ -55,34 +64,46 @@ def predict_collective(
     if unknown:
         raise UsageError(f"--param {', '.join(unknown)}: no chosen algorithm has such a parameter; "
                          f"theirs: {', '.join(sorted(known)) or 'none'}")
+    if library is not None and "auto" not in names:
+        raise UsageError("--library chooses the algorithm of 'auto': add -a auto")
     rows: list[dict[str, Any]] = []
     for ranks in p:
         for name in names:
             if name == "auto":
-                pick = cm.cheapest(primitive, sizes, ranks, environment, **params)
+                pick = cm.choose(primitive, sizes, ranks, environment, **params)
                 algos, times = list(pick.algorithm), [float(x) for x in pick.time]
+                chosen = {"library": pick.library, "protocol": list(pick.protocol),
+                          "channels": [int(c) for c in pick.channels]}
+                prim = primitive
             else:
                 c = cm.collective(name)
                 mine = {k: v for k, v in params.items() if k in {q.name for q in c.params}}
                 t = c.time(sizes, ranks, environment, **mine)
                 algos, times = [c.name] * len(sizes), [float(x) for x in t]
-            for nbytes, algo, t in zip(sizes, algos, times, strict=False):
-                prim = cm.collective(algo).primitive
+                chosen, prim = None, c.primitive
+            factor_ = cm.busbw_factor(prim, ranks) if prim in ("allreduce", "reduce_scatter", "allgather",
+                                                                 "all_to_all", "broadcast", "reduce") else None
+            for i, (nbytes, algo, t) in enumerate(zip(sizes, algos, times, strict=False)):
                 bw = nbytes / t if t > 0 else None  # nothing to move (p = 1 or n = 0): no bandwidth
-                factor_ = cm.busbw_factor(prim, ranks) if prim in ("allreduce", "reduce_scatter", "allgather",
-                                                                     "all_to_all", "broadcast", "reduce") else None
-                rows.append({"algorithm": algo, "p": ranks, "bytes": nbytes, "size": cm.format_size(nbytes),
-                             "time_s": t, "algbw_GBps": None if bw is None else bw / 1e9,
-                             "busbw_GBps": None if factor_ is None or bw is None else bw * factor_ / 1e9})
+                row = {"algorithm": algo, "p": ranks, "bytes": nbytes, "size": cm.format_size(nbytes),
+                       "time_s": t, "algbw_GBps": None if bw is None else bw / 1e9,
+                       "busbw_GBps": None if factor_ is None or bw is None else bw * factor_ / 1e9}
+                if chosen is not None:
+                    row.update(library=chosen["library"], protocol=chosen["protocol"][i],
+                               channels=chosen["channels"][i])
+                rows.append(row)
     if as_json:
         print(json.dumps({"environment": environment.to_dict(), "results": rows}, indent=2, allow_nan=False))
         return
     from rich.table import Table
 
-    table = Table("algorithm", "p", "size", "bytes", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
+    chosen_rows = any("library" in r for r in rows)
+    extra = ("library", "protocol", "channels") if chosen_rows else ()
+    table = Table("algorithm", *extra, "p", "size", "bytes", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
                   title=f"predicted on {environment.name}: {environment.summary()}")
     for r in rows:
-        table.add_row(r["algorithm"], str(r["p"]), r["size"], str(r["bytes"]), f"{r['time_s'] * 1e6:.2f}",
+        cells = [r.get("library", "-"), r.get("protocol", "-"), str(r.get("channels", "-"))] if chosen_rows else []
+        table.add_row(r["algorithm"], *cells, str(r["p"]), r["size"], str(r["bytes"]), f"{r['time_s'] * 1e6:.2f}",
                       "-" if r["algbw_GBps"] is None else f"{r['algbw_GBps']:.3f}",
                       "-" if r["busbw_GBps"] is None else f"{r['busbw_GBps']:.3f}")
     console().print(table)
@@ -93,7 +114,8 @@ def predict_iteration(
     p: Annotated[list[str], typer.Option("--p", "-p", help="workers, comma-separated or repeated: 4,8,16")],
     schedule: Annotated[list[str], typer.Option("--schedule", help="schedule(s), comma-separated")] = ["wfbp"],  # noqa: B006
     env: Annotated[str | None, typer.Option(help="preset name or environment JSON file")] = None,
-    collective: Annotated[str | None, typer.Option(help="collective algorithm (default: cheapest per message)")] = None,
+    collective: Annotated[str | None, typer.Option(
+        help="collective algorithm (default: what the environment's library runs for each message)")] = None,
     compressor: Annotated[list[str], typer.Option(
         "--compressor", help="gradient compressor(s), e.g. topk:0.01, fp16, qsgd:8 (comma-separated)")] = [],  # noqa: B006
     option: Annotated[list[str], typer.Option(
