@@ -135,7 +135,8 @@ class Compressor:
         if not sized:
             raise CommscopeError("a model needs at least one tensor with parameters to compress")
         if self.name == "powersgd":
-            return {"delta": min(_powersgd_delta(d, q, shape) for d, shape in sized), "omega": None}
+            return {"delta": min(_powersgd_delta(d, q, shape) if powersgd_split(d, q, shape)[0] else 1.0
+                                 for d, shape in sized), "omega": None}
         distinct = sorted({d for d, _ in sized})
         ds = [self.delta(d, q) for d in distinct]
         om = [self.omega(d, q) for d in distinct]
@@ -189,10 +190,11 @@ def _powersgd_delta(d: int, q: float | None, shape: Shape = None) -> float:
     """Contraction of the exact rank-r truncation of an n x m matrix: ||M - M_r||^2 <= (1 - r/min(n, m))||M||^2
     (Eckart-Young: the r largest of min(n, m) squared singular values are at least their share), so
     delta = r / min(n, m), on the tensor's (first dimension x the rest), else the most square
-    factorisation of d; 1 for a tensor the hook sends uncompressed. PowerSGD's warm-started power
-    iteration approaches this truncation (Vogels et al. 2019, Sec. 3); it is not guaranteed per step."""
-    compressed, n, m, r = powersgd_split(d, q, shape)
-    return r / min(n, m) if compressed else 1.0
+    factorisation of d. PowerSGD's warm-started power iteration approaches this truncation (Vogels et
+    al. 2019, Sec. 3); it is not guaranteed per step. (A model's tensors that ``powerSGD_hook`` leaves
+    uncompressed have delta 1: :meth:`Compressor.model_constants`.)"""
+    _, n, m, r = powersgd_split(d, q, shape)
+    return min(1.0, r / min(n, m))
 
 
 def _density(q: float) -> str | None:

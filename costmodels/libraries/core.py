@@ -24,14 +24,15 @@ from ..environment_array import EnvironmentArray
 from ..errors import CommscopeError, UnknownNameError
 from ..registry import Registry
 
-Prices = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+Prices = Callable[..., tuple[np.ndarray, np.ndarray]]
 
 
 @dataclass(frozen=True)
 class Option:
-    """One way a library may run a message: ``prices(n)`` gives (what it costs, what the library believes
-    it costs); the library selects by the second, its own model (the same array where it has none). Both
-    are NaN where the option does not apply."""
+    """One way a library may run a message: ``prices(n, out=None)`` gives (what it costs, what the library
+    believes it costs); the library selects by the second, its own model (the same values where it has
+    none). Both are NaN where the option does not apply. With ``out`` (two arrays of the result's shape)
+    it writes into them, so that a pricer reuses two buffers for all its options."""
 
     algorithm: str
     protocol: str
@@ -96,9 +97,13 @@ def registered_option(algorithm: str, p: Any, env: Environment | EnvironmentArra
     mine = {k: v for k, v in params.items() if k in {q.name for q in c.params}}
     evaluate = c.evaluator(p, env, out_of_domain="nan", **mine)
 
-    def prices(n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def prices(n: np.ndarray, out: Any = None) -> tuple[np.ndarray, np.ndarray]:
         t = evaluate(n)
-        return t, t
+        if out is None:
+            return t, t
+        np.copyto(out[0], t)
+        np.copyto(out[1], t)
+        return out
 
     return Option(algorithm, "-", 1, prices)
 
@@ -137,9 +142,11 @@ class Pricer:
         elif self.library.select is None:
             t, best = np.broadcast_arrays(first_t, np.where(np.isnan(first_e), np.inf, first_e))
             t, best, index = t.copy(), best.copy(), np.zeros(best.shape, dtype=np.intp)
+            buffers = (np.empty(t.shape), np.empty(t.shape))
+            better = np.empty(t.shape, dtype=bool)
             for k, o in enumerate(self.options[1:], start=1):
-                tk, ek = o.prices(sizes)
-                better = ek < best
+                tk, ek = o.prices(sizes, buffers)
+                np.less(ek, best, out=better)
                 np.copyto(best, ek, where=better)
                 np.copyto(t, tk, where=better)
                 np.copyto(index, k, where=better)

@@ -156,17 +156,30 @@ def _option(name: str, protocol: int, lv: Levels, lat_model: Any, lat_real: Any,
     plateau_from = tables.RING_PLATEAU_MIN_BYTES * lv.channels * lv.p
     multi = lv.nodes > 1
 
-    def ring_prices(n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def ring_prices(n: np.ndarray, out: Any = None) -> tuple[np.ndarray, np.ndarray]:
         if plateau:  # ring/Simple allreduce across nodes: latency x 1.4 (1.9 before Ampere) past 64 B a channel
             scale = np.where(multi & (n >= plateau_from), plateau_factor, 1.0)
-            return lat_real_s * scale + n * slope, lat_model_s * scale + n * inv_bw
-        return lat_real_s + n * slope, lat_model_s + n * inv_bw
+            t, e = lat_real_s * scale + n * slope, lat_model_s * scale + n * inv_bw
+            if out is None:
+                return t, e
+            np.copyto(out[0], t)
+            np.copyto(out[1], e)
+            return out
+        t, e = (np.multiply(n, slope), np.multiply(n, inv_bw)) if out is None else (
+            np.multiply(n, slope, out=out[0]), np.multiply(n, inv_bw, out=out[1]))
+        t += lat_real_s
+        e += lat_model_s
+        return t, e
 
-    def tree_prices(n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def tree_prices(n: np.ndarray, out: Any = None) -> tuple[np.ndarray, np.ndarray]:
         assert correction is not None
-        per_byte = inv_bw * correction(protocol, n)
-        estimate = lat_model_s + n * per_byte
-        return lat_real_s + n * np.maximum(per_byte, reduced), estimate
+        per_byte = np.multiply(inv_bw, correction(protocol, n), out=None if out is None else out[1])
+        t = np.maximum(per_byte, reduced, out=None if out is None else out[0])
+        t *= n
+        t += lat_real_s
+        per_byte *= n
+        per_byte += lat_model_s
+        return t, per_byte
 
     return Option(name, tables.PROTOCOLS[protocol], lv.channels, tree_prices if name == "tree" else ring_prices)
 

@@ -1,0 +1,47 @@
+"""Throughput of ``cm.choose``: what a collective library runs, and its price, over a grid of sizes x p.
+
+    python bench/bench_libraries.py [--sizes 40] [--ranks 250000] [--repeat 5] [--json]
+
+The grid is ``sizes`` message sizes (8 B .. 4 GiB, a row) times ``ranks`` worker counts (a column), in the
+two-level DGX A100 preset: NCCL prices 6 (algorithm, protocol) options per point and keeps the one its own
+model estimates fastest; gloo and mpich choose among registered formulas; ideal is the cheapest of all of
+them. Reports points per second (best of ``repeat``) per library; the goal is >= 1e7 for nccl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+from _timing import best_of  # bench/ is on sys.path when a script in it runs
+
+import costmodels as cm
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, default=40)
+    ap.add_argument("--ranks", type=int, default=250_000)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args()
+    sizes = np.geomspace(8, 2.0**32, args.sizes)
+    ranks = np.arange(2, 2 + args.ranks)[:, None]
+    points = sizes.size * ranks.size
+    env = cm.environment("8xA100-NVLink+IB-HDR")
+    out = {"points": points, "environment": env.name}
+    for lib in ("nccl", "gloo", "mpich", "ideal"):
+        e = env.with_(library=lib)
+        seconds = best_of(lambda e=e: cm.choose("allreduce", sizes, ranks, e), args.repeat)
+        out[lib] = {"seconds": seconds, "points_per_s": points / seconds}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return
+    print(f"cm.choose('allreduce', {args.sizes} sizes x {args.ranks} p) on {env.name}: {points:,} points")
+    for lib in ("nccl", "gloo", "mpich", "ideal"):
+        print(f"  {lib:6s} {out[lib]['seconds'] * 1e3:8.1f} ms  {out[lib]['points_per_s'] / 1e6:7.2f} M points/s")
+
+
+if __name__ == "__main__":
+    main()
