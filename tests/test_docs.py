@@ -56,3 +56,11 @@ def test_readme_convergence_and_time_to_accuracy_examples_run() -> None:
         scope: dict = {}
         exec(compile(block.group(1), "README.md", "exec"), scope)  # the README's own code, not user input
     assert (scope["m"].time.shape[1:3]) == (100, 100)
+
+
+def test_readme_library_example_runs(capsys) -> None:
+    block = re.search(r"## What the collective library runs\n\n.*?```python\n(.*?)```", README.read_text(), re.S)
+    assert block, "README has a collective-library example"
+    exec(compile(block.group(1), "README.md", "exec"), {})  # the README's own code, not user input
+    out = capsys.readouterr().out
+    assert "'ring', 'LL'" in out and "tree" in out and "fat tree 2:1" in out
