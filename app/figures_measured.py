@@ -55,14 +55,7 @@ def scatter_figure(frame: pd.DataFrame, log: bool = True, band: float = 0.1, pan
     parts = [(df[df["environment"] == e], i + 1) for i, e in enumerate(envs)] if panels else [(df, None)]
     for k, (sub, col) in enumerate(parts):
         where = {"row": 1, "col": col} if panels else {}
-        fig.add_trace(go.Scatter(x=line, y=line, mode="lines", name="y = x", meta="reference", showlegend=k == 0,
-                                 line={"color": "black", "width": 1}, legendgroup="y=x", hoverinfo="skip"), **where)
-        if band > 0:
-            for sign in (1, -1):
-                fig.add_trace(go.Scatter(
-                    x=line, y=line * (1 + sign * band), mode="lines", name=f"+-{band:.0%}", meta="reference",
-                    line={"color": "gray", "width": 1, "dash": "dot"}, showlegend=k == 0 and sign == 1,
-                    legendgroup="band", hoverinfo="skip"), **where)
+        _identity(fig, line, band, k == 0, where)
         for tech, g in sub.groupby("technique", sort=False):
             meas = g["measured_s"].to_numpy(dtype=float) * 1e3
             p10 = g["measured_p10_s"].to_numpy(dtype=float) * 1e3
@@ -85,16 +78,63 @@ def scatter_figure(frame: pd.DataFrame, log: bool = True, band: float = 0.1, pan
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"{env}", meta="legend",
                                      marker={"symbol": symbols[env], "color": "gray", "size": 9},
                                      legendgroup=f"env:{env}"))
+    _square_axes(fig, lo, hi, log, "measured (ms)", "predicted (ms)", {"row": 1, "col": 1} if panels else {})
+    return _layout(fig, title, height=520)
+
+
+def _identity(fig: go.Figure, line: np.ndarray, band: float, legend: bool, where: dict) -> None:
+    """The y = x line and the +-``band`` lines over ``line`` (guides: ``meta="reference"``)."""
+    fig.add_trace(go.Scatter(x=line, y=line, mode="lines", name="y = x", meta="reference", showlegend=legend,
+                             line={"color": "black", "width": 1}, legendgroup="y=x", hoverinfo="skip"), **where)
+    if band > 0:
+        for sign in (1, -1):
+            fig.add_trace(go.Scatter(
+                x=line, y=line * (1 + sign * band), mode="lines", name=f"+-{band:.0%}", meta="reference",
+                line={"color": "gray", "width": 1, "dash": "dot"}, showlegend=legend and sign == 1,
+                legendgroup="band", hoverinfo="skip"), **where)
+
+
+def _square_axes(fig: go.Figure, lo: float, hi: float, log: bool, xtitle: str, ytitle: str, first: dict) -> None:
+    """Both axes over [lo, hi], log or linear, titled (the y title on the ``first`` panel only)."""
     axis = "log" if log else "linear"
-    fig.update_xaxes(type=axis, title_text="measured (ms)")
+    fig.update_xaxes(type=axis, title_text=xtitle)
     fig.update_yaxes(type=axis)
-    fig.update_yaxes(title_text="predicted (ms)", **({"row": 1, "col": 1} if panels else {}))
-    if log:
-        fig.update_xaxes(range=[math.log10(max(lo, 1e-12)), math.log10(hi)])
-        fig.update_yaxes(range=[math.log10(max(lo, 1e-12)), math.log10(hi)])
-    else:
-        fig.update_xaxes(range=[lo, hi])
-        fig.update_yaxes(range=[lo, hi])
+    fig.update_yaxes(title_text=ytitle, **first)
+    span = [math.log10(max(lo, 1e-12)), math.log10(hi)] if log else [lo, hi]
+    fig.update_xaxes(range=span)
+    fig.update_yaxes(range=span)
+
+
+def published_figure(frame: pd.DataFrame, band: float = 0.1, title: str = "") -> go.Figure:
+    """Predicted against measured bus bandwidth (GB/s, log axes) of published points
+    (:func:`app.data_published.published_frame`): a colour per system, filled markers in the bandwidth
+    regime (>= 1 GiB), open ones below; the y = x line and the +-``band`` lines. Points whose published
+    busbw rounds to 0 have no place on log axes and are left out."""
+    from app.data_published import BANDWIDTH_REGIME
+
+    meas = frame["measured_busbw_GBps"].to_numpy(dtype=float)
+    pred = frame["predicted_busbw_GBps"].to_numpy(dtype=float)
+    df = frame[(meas > 0) & (pred > 0) & np.isfinite(pred)]
+    values = np.concatenate([df["measured_busbw_GBps"].to_numpy(dtype=float),
+                             df["predicted_busbw_GBps"].to_numpy(dtype=float)])
+    lo, hi = (float(values.min()) / 1.3, float(values.max()) * 1.3) if values.size else (0.01, 1000.0)
+    fig = go.Figure()
+    _identity(fig, np.geomspace(lo, hi, 50), band, True, {})
+    colors = color_map(frame["system"])
+    for system, g in df.groupby("system", sort=False):
+        big = g["bytes"].to_numpy(dtype=float) >= BANDWIDTH_REGIME
+        fig.add_trace(go.Scatter(
+            x=g["measured_busbw_GBps"], y=g["predicted_busbw_GBps"], mode="markers", name=str(system),
+            meta="points", legendgroup=str(system),
+            marker={"color": colors[str(system)], "size": np.where(big, 11, 8),
+                    "symbol": np.where(big, "circle", "circle-open"), "line": {"width": 1.5,
+                                                                             "color": colors[str(system)]}},
+            customdata=[[size, choice, float(e) * 100] for size, choice, e in zip(g["size"], g["choice"],
+                                                                                  g["busbw_error"], strict=True)],
+            hovertemplate=(f"<b>{system}</b> %{{customdata[0]}}<br>measured %{{x:.4g}} GB/s<br>predicted "
+                           "%{y:.4g} GB/s (%{customdata[1]})<br>error %{customdata[2]:+.1f}%<extra></extra>"),
+        ))
+    _square_axes(fig, lo, hi, True, "measured bus bandwidth (GB/s)", "predicted bus bandwidth (GB/s)", {})
     return _layout(fig, title, height=520)
 
 

@@ -52,7 +52,7 @@ def _save(key: str) -> None:
     st.session_state[_KEEP + key] = st.session_state[key]
 
 
-def _default(key: str, **default: object) -> dict:
+def initial(key: str, **default: object) -> dict:
     """The widget's default value, only where the session has none (no 'set twice' warning)."""
     return {} if key in st.session_state else default
 
@@ -100,7 +100,7 @@ def _render() -> cm.Environment:
         names = cm.environments()
         key = _kept("env_preset")
         name = st.sidebar.selectbox("preset", names, key=key, on_change=_save, args=(key,),
-                                    **_default(key, index=names.index("10GbE")))
+                                    **initial(key, index=names.index("10GbE")))
         env = cm.environment(name)
         st.sidebar.caption(env.description)
         with st.sidebar.expander("numbers and their source"):
@@ -111,25 +111,96 @@ def _render() -> cm.Environment:
             return {"key": _kept(key), "on_change": _save, "args": (key,)}
 
         alpha_us = st.sidebar.slider("alpha: latency (us)", 0.1, 200.0, step=0.1, **keep("env_alpha"),
-                                     **_default("env_alpha", value=20.0))
+                                     **initial("env_alpha", value=20.0))
         bw = st.sidebar.slider("bandwidth (GB/s)", 0.05, 500.0, step=0.01, **keep("env_bw"),
-                               **_default("env_bw", value=1.177))
+                               **initial("env_bw", value=1.177))
         gamma = st.sidebar.number_input("gamma (s per byte reduced)", 0.0, 1e-6, format="%.3e", **keep("env_gamma"),
-                                        **_default("env_gamma", value=0.0))
-        gpus = st.sidebar.number_input("GPUs per node", 1, 64, **keep("env_gpus"), **_default("env_gpus", value=1))
+                                        **initial("env_gamma", value=0.0))
+        gpus = st.sidebar.number_input("GPUs per node", 1, 64, **keep("env_gpus"), **initial("env_gpus", value=1))
         kwargs = {"alpha": alpha_us * 1e-6, "beta": 1 / (bw * 1e9), "gamma": gamma, "name": "custom"}
         if gpus > 1:
             ia = st.sidebar.slider("intra-node alpha (us)", 0.1, 50.0, step=0.1, **keep("env_ialpha"),
-                                   **_default("env_ialpha", value=1.0))
+                                   **initial("env_ialpha", value=1.0))
             ibw = st.sidebar.slider("intra-node bandwidth (GB/s)", 1.0, 1000.0, **keep("env_ibw"),
-                                    **_default("env_ibw", value=240.0))
-            if st.session_state.get("env_nics", 1) > int(gpus):
-                choose(env_nics=int(gpus))
-            nics = st.sidebar.number_input("NICs per node", 1, int(gpus), **keep("env_nics"),
-                                           **_default("env_nics", value=1))
-            kwargs.update(intra_alpha=ia * 1e-6, intra_beta=1 / (ibw * 1e9), gpus_per_node=int(gpus),
-                          nics_per_node=int(nics))
-        env = cm.Environment(**kwargs)
+                                    **initial("env_ibw", value=240.0))
+            kwargs.update(intra_alpha=ia * 1e-6, intra_beta=1 / (ibw * 1e9), gpus_per_node=int(gpus))
+        with st.sidebar.expander("library and fabric"):
+            fabric = _fabric(int(gpus), keep)
+        try:
+            env = cm.Environment(**kwargs, **fabric)
+        except cm.CommscopeError as exc:  # the widgets' bounds should prevent it; never a traceback
+            st.sidebar.warning(f"Library and fabric left out: {exc}")
+            env = cm.Environment(**kwargs)
         st.sidebar.caption(env.summary())
     return env
+
+
+LINK_LABELS = {"network": "network (NICs, switches)", "nvlink": "NVLink", "pcie": "PCIe"}
+# compute capability -> what has it; None: not given (NCCL's model then assumes 8.0)
+GPUS = {None: "not given (as 8.0)", 70: "7.0 (V100)", 75: "7.5 (T4, RTX 20)", 80: "8.0 (A100)",
+        86: "8.6 (A10, RTX 30)", 89: "8.9 (L4, L40, RTX 40)", 90: "9.0 (H100, H200)", 100: "10.0 (B200)"}
+
+
+def _fabric(gpus: int, keep) -> dict:
+    """The custom environment's library, link kinds, GPU and fabric: only the controls that mean something
+    for its levels (the links present, the fat tree when the link is a network)."""
+    libraries = cm.libraries()
+    library = st.selectbox("collective library", libraries, **keep("env_library"),
+                           **initial("env_library", index=libraries.index("ideal")),
+                           help="What chooses each message's algorithm: NCCL's tuning model, gloo's or MPICH's "
+                                "rules, or 'ideal' (the cheapest registered algorithm, which no library does).")
+    kinds = list(LINK_LABELS)
+    link = st.selectbox("link between nodes" if gpus > 1 else "link", kinds, format_func=LINK_LABELS.get,
+                        **keep("env_link"), **initial("env_link", index=0),
+                        help="A one-level NVLink or PCIe environment is one node; the kind sets NCCL's latency "
+                             "class (NET, NVLINK, PCI).")
+    out: dict = {"library": library, "link": link}
+    if gpus > 1:
+        out["intra_link"] = st.selectbox("link inside a node", kinds, format_func=LINK_LABELS.get,
+                                         **keep("env_intra_link"), **initial("env_intra_link", index=1))
+        if st.session_state.get("env_nics", 1) > gpus:
+            choose(env_nics=gpus)
+        out["nics_per_node"] = int(st.number_input("NICs per node", 1, gpus, **keep("env_nics"),
+                                                   **initial("env_nics", value=1)))
+    cc = list(GPUS)
+    out["compute_capability"] = st.selectbox("GPU (compute capability)", cc, format_func=GPUS.get,
+                                             **keep("env_cc"), **initial("env_cc", index=0),
+                                             help="NCCL's per-architecture limits: LL128 on 7.0, 8.0, 9.0 "
+                                                  "with NVLink; its bandwidth caps per generation.")
+    if link == "network":
+        oversub = st.number_input("oversubscription (fat tree, down:up)", 1.0, 64.0, step=0.5,
+                                  **keep("env_oversub"), **initial("env_oversub", value=1.0),
+                                  help="1: full bisection. Traffic that crosses the spine gets 1/oversubscription "
+                                       "of a node's bandwidth.")
+        out["oversubscription"] = float(oversub)
+        if oversub > 1:
+            leaf = int(st.number_input("nodes per leaf switch (0: all cross the spine)", 0, 65536,
+                                       **keep("env_leaf"), **initial("env_leaf", value=0)))
+            out["nodes_per_leaf"] = leaf or None
+            if out.get("nics_per_node", 1) > 1:
+                out["rail_optimized"] = st.checkbox("rail-optimised (NIC k of every node on leaf k)",
+                                                    **keep("env_rail"), **initial("env_rail", value=False))
+        out["sharp"] = st.checkbox("SHARP (in-network reduction: NCCL's CollNet)", **keep("env_sharp"),
+                                   **initial("env_sharp", value=False))
+    if (out.get("intra_link") if gpus > 1 else link) == "nvlink":
+        out["nvls"] = st.checkbox("NVLink SHARP switches (NCCL's NVLS)", **keep("env_nvls"),
+                                  **initial("env_nvls", value=False))
+    st.caption("The GPU and the fabric shape NCCL's choice and price; the other libraries see the links' "
+               "alpha and beta only.")
+    return out
+
+
+def library_select(where, key: str, env: cm.Environment, label: str = "library") -> str:
+    """A page's collective-library selectbox (in the container ``where``): it starts at, and follows, the
+    environment's library; a library chosen on the page holds until the environment's library changes."""
+    libraries = cm.libraries()
+    mark = f"{key}_follows"
+    if st.session_state.get(mark) != env.library or st.session_state.get(key) not in libraries:
+        st.session_state[key] = env.library
+    st.session_state[mark] = env.library
+    return where.selectbox(label, libraries, key=key,
+                           format_func=lambda n: f"{n} (the environment's)" if n == env.library else n,
+                           help="The collective library that chooses each message's algorithm and protocol: "
+                                "NCCL's tuning model, gloo's or MPICH's rules, or 'ideal' (the cheapest "
+                                "registered algorithm at every size, which no library does).")
 

@@ -152,3 +152,11 @@ def reference_records(link: str) -> list[dict[str, Any]]:
     from runners import reference
 
     return reference.records(link)
+
+
+@st.cache_data(show_spinner=False)
+def published_records() -> list[dict[str, Any]]:
+    """The shipped published collective measurements (``runners.reference.published_records``), read once."""
+    from runners import reference
+
+    return reference.published_records()

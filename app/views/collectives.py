@@ -1,4 +1,5 @@
-"""Collectives: time and bus bandwidth versus message size for chosen algorithms, p and environment."""
+"""Collectives: time and bus bandwidth versus message size for chosen algorithms, p and environment, with
+what a collective library (NCCL, gloo, MPICH) runs at each size, and measured or published sweep points."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import pandas as pd
 import streamlit as st
 
 import costmodels as cm
-from app.data import collective_curves, crossover_table, measured_points
+from app.data import band_table, citations, collective_curves, crossover_table, library_curve, measured_points
 from app.figures import collective_figure
-from app.sidebar import environment_picker
-from app.uploads import reference_records, results_uploader
+from app.sidebar import choose, environment_picker, initial, library_select
+from app.uploads import published_records, reference_records, results_uploader
 
 DEFAULTS = {
     "allreduce": ["ring_allreduce", "rabenseifner_allreduce_general", "double_binary_tree_allreduce"],
@@ -31,6 +32,40 @@ def _curves(algorithms: tuple[str, ...], p: int, env_json: str, lo: int, hi: int
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
+def _library(primitive: str, p: int, env_json: str, lo: int, hi: int, library: str):
+    """The library's curve, its bands and their table; or the error message where it cannot price this."""
+    sizes = np.geomspace(2.0**lo, 2.0**hi, 8 * (hi - lo) + 1)
+    try:
+        curve, choice = library_curve(primitive, p, cm.Environment.from_json(env_json), sizes, library)
+    except cm.CommscopeError as exc:
+        return None, [], None, str(exc)
+    return curve, cm.choice_bands(sizes, choice), band_table(sizes, choice), choice.library
+
+
+def _published_chosen() -> None:
+    """A published system sets the page to its environment (the sidebar's preset), world size and primitive."""
+    if st.session_state.get("coll_measured") != "published":
+        return
+    systems = _published_systems()
+    system = st.session_state.get("coll_published_system")
+    if system not in systems:
+        system = st.session_state["coll_published_system"] = next(iter(systems))
+    env_name, p, op = systems[system]
+    choose(env_mode="preset", env_preset=env_name)
+    st.session_state["coll_p"] = p
+    st.session_state["coll_primitive"] = op
+
+
+@st.cache_data(show_spinner=False)
+def _published_systems() -> dict[str, tuple[str, int, str]]:
+    """Published system -> (its environment preset, world size, primitive)."""
+    out: dict[str, tuple[str, int, str]] = {}
+    for r in published_records():
+        out.setdefault(r["system"], (r["environment"], int(r["run"]["world_size"]), r["config"]["op"]))
+    return out
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
 def _crossovers(algorithms: tuple[str, ...], p: int, env_json: str, hi: int):
     return crossover_table(algorithms, p, cm.Environment.from_json(env_json), 2.0**hi)
 
@@ -40,34 +75,35 @@ st.title("Collective algorithms")
 st.caption(f"Environment **{env.name}**: {env.summary()}")
 
 c1, c2, c3 = st.columns([1, 2, 1])
-primitive = c1.selectbox("primitive", list(cm.PRIMITIVES), index=0, key="coll_primitive")
+primitive = c1.selectbox("primitive", list(cm.PRIMITIVES), key="coll_primitive", **initial("coll_primitive", index=0))
 choices = cm.collectives(primitive, include_bounds=False)
 default = DEFAULTS.get(primitive, choices)[:4]
 if primitive == "allreduce" and env.two_level:  # on one level it is the ring, drawn twice
     default = [*default, "hierarchical_allreduce"]
 algorithms = c2.multiselect("algorithms", choices, default=default, key=f"coll_algorithms_{primitive}")
-p = int(c3.number_input("p (ranks)", min_value=1, max_value=65536, value=64, step=1, key="coll_p"))
+p = int(c3.number_input("p (ranks)", min_value=1, max_value=65536, step=1, key="coll_p",
+                       **initial("coll_p", value=64)))
 c4, c5, c6 = st.columns([2, 1, 1])
 lo, hi = c4.select_slider("message size range (log2 bytes)", options=list(range(0, 41)), value=(10, 32),
                           format_func=lambda e: cm.format_size(2**e), key="coll_range")
 metric = c5.radio("y axis", ["time_s", "busbw_GBps"], key="coll_metric",
                   format_func=lambda m: {"time_s": "time", "busbw_GBps": "bus bandwidth"}[m])
 bound = c6.checkbox("lower bound", value=True, key="coll_bound")
+library = library_select(c6, "coll_library", env)
 k = None
 if "parameter_server" in algorithms:
     k = int(st.number_input("parameter servers k", 1, 65536, value=p, key="coll_k"))
 
-if not algorithms:
-    st.info("Choose at least one algorithm.")
-    st.stop()
 if hi <= lo:
     st.warning("The size range is empty: move the right handle past the left one.")
     st.stop()
 
-with st.expander("measured sweep points", expanded=False):
-    source = st.radio("overlay", ["none", "reference", "upload"], horizontal=True, key="coll_measured",
+with st.expander("measured sweep points", expanded=st.session_state.get("coll_measured") == "published"):
+    source = st.radio("overlay", ["none", "reference", "upload", "published"], horizontal=True, key="coll_measured",
+                      on_change=_published_chosen,
                       format_func={"none": "none", "reference": "the bundled reference run",
-                                   "upload": "uploaded results files"}.get)
+                                   "upload": "uploaded results files",
+                                   "published": "published measurements (nccl-tests)"}.get)
     records: list = []
     if source == "reference":
         from runners import reference
@@ -78,6 +114,16 @@ with st.expander("measured sweep points", expanded=False):
     elif source == "upload":
         up = results_uploader("coll_upload")
         records = up.records if up is not None else []
+    elif source == "published":
+        systems = _published_systems()
+        system = st.selectbox("published system", list(systems), key="coll_published_system",
+                              on_change=_published_chosen,
+                              help="Choosing one sets the sidebar to its environment preset, p to its world "
+                                   "size and the primitive to the one it measured.")
+        records = [r for r in published_records() if r["system"] == system]
+        if (env.name, p) != systems[system][:2]:
+            st.caption(f"{system} ran on **{systems[system][0]}** at p = {systems[system][1]}; the page now "
+                       f"draws {env.name} at p = {p} (choose the system again to go back).")
 measured = measured_points(records, primitive) if records else None
 if measured is not None:
     if measured.empty:
@@ -92,8 +138,21 @@ curves = _curves(tuple(algorithms), p, env.to_json(), lo, hi, bound, k)
 missing = [a for a in algorithms if a not in set(curves["algorithm"])]
 if missing:
     st.warning(f"Not defined at p = {p}: {', '.join(missing)} (see the domains below).")
-fig = collective_figure(curves, metric, title=f"{primitive} on p = {p}, {env.name}", measured=measured)
+lib_curve, bands, band_rows, priced_by = _library(primitive, p, env.to_json(), lo, hi, library)
+if lib_curve is None:
+    st.warning(f"{library} cannot price {primitive} at p = {p}: {priced_by}")
+elif lib_curve.empty:  # p = 1: nothing is sent
+    bands = []
+else:
+    curves = pd.concat([curves, lib_curve], ignore_index=True)
+if not algorithms:
+    st.caption("No algorithm chosen: only the library's curve is drawn.")
+fig = collective_figure(curves, metric, title=f"{primitive} on p = {p}, {env.name}", measured=measured, bands=bands)
 st.plotly_chart(fig, width="stretch", key="coll_chart")
+if measured is not None and source == "published":
+    for c in [c for c in citations(published_records()) if c["system"] == system]:
+        st.caption(f"Published points: {c['source']}; {c['where']}. [{c['url']}]({c['url']})"
+                   + (f" Notes: {c['notes']}" if c["notes"] else ""))
 
 d1, d2 = st.columns(2)
 table = curves if measured is None or measured.empty else pd.concat(
@@ -102,6 +161,18 @@ d1.download_button("data (CSV)", partial(table.to_csv, index=False),
                    file_name=f"{primitive}_p{p}.csv", mime="text/csv")
 d2.download_button("figure (HTML)", partial(fig.to_html, include_plotlyjs="cdn"), file_name=f"{primitive}_p{p}.html",
                    mime="text/html")
+
+st.subheader(f"What {library} runs")
+if lib_curve is None or lib_curve.empty:
+    st.caption("Nothing to show: " + ("one rank sends nothing." if lib_curve is not None else
+                                      f"{library} cannot price {primitive} at p = {p}."))
+else:
+    lib = cm.library(priced_by)
+    if priced_by != library:
+        st.caption(f"{library} has no rule for {primitive}: it is priced as the {priced_by} library would.")
+    st.caption(f"**{lib.name}**: {lib.description}. Source: {lib.source}")
+    st.dataframe(band_rows.drop(columns=["from_bytes", "to_bytes"]), hide_index=True, width="stretch",
+                 key="coll_bands")
 
 st.subheader("Crossover sizes")
 xo = _crossovers(tuple(algorithms), p, env.to_json(), hi)

@@ -23,7 +23,7 @@ from app.data_iteration import (
 )
 from app.data_iteration import breakdown as breakdown_table
 from app.figures_iteration import METRIC_LABELS, breakdown_figure, gantt_figure, scaling_figure
-from app.sidebar import environment_picker
+from app.sidebar import environment_picker, library_select
 from costmodels.schedules import COMPRESSIBLE
 
 DEFAULT_SCHEDULES = ["bsp", "wfbp", "fusion", "dear"]
@@ -112,6 +112,10 @@ dense = c4.checkbox("also p = 3·2^k", value=False, key="iter_dense",
                     help="Worker counts that are not powers of two: algorithms that need a power of two (recursive "
                          "halving/doubling) are then out, so the curves zigzag.")
 metric = c5.radio("y axis", list(METRIC_LABELS), format_func=METRIC_LABELS.get, key="iter_metric")
+library = library_select(c6, "iter_library", env)
+if library != env.library:  # the page's choice of library prices every message the schedules send
+    env = env.with_(library=library)
+    env_json = env.to_json()
 fitted = env.metadata.get("algorithms")
 auto_label = "auto (fitted)" if fitted else f"auto ({env.library})"
 collective = c6.selectbox(

@@ -203,6 +203,9 @@ def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: s
                    f"(p = {', '.join(map(str, res.world_sizes))}): RMS relative error {res.rms_rel_error:.2%}, "
                    f"max {res.max_rel_error:.2%}, R^2 {r2:.5f}")
     source = "commscope fit of " + (", ".join(paths) if paths else "records") + f": {METHOD}"
+    # the library that made the measurements chooses the algorithms when the environment prices a schedule
+    # (gloo: one algorithm per primitive); other backends keep the ideal library and the fitted algorithms
+    library = "gloo" if {r.get("backend") for r in d.runs} == {"gloo"} else "ideal"
     res.environment = env.with_(name=name or f"fitted:{stems}", description=description, source=source,
-                                metadata=res.metadata())
+                                metadata=res.metadata(), library=library)
     return res
