@@ -168,6 +168,8 @@ def test_zero_buckets_follow_deepspeed() -> None:
     assert spans(r) == [(18, 22), (22, 24.5), (24.5, 27)]
     with pytest.raises(cm.CommscopeError, match="reduce_bucket_size must be a positive number of elements"):
         cm.simulate(PROF, ENV, 2, "zero", reduce_bucket_size=0)
+    with pytest.raises(cm.CommscopeError, match="overlap_comm must be True or False"):
+        cm.simulate(PROF, ENV, 2, "zero", overlap_comm="yes")
 
 
 # ------------------------------------------------------------------- 6. DDP buckets by dense bytes

@@ -143,11 +143,13 @@ class Compressed:
     ``profile``: wire bytes per layer, encode time added after each layer's backward (encoding runs
     on the compute stream and delays the gradient's readiness). ``dense_bytes``: each layer's
     uncompressed gradient bytes, by which DDP buckets before its comm hook compresses a bucket.
-    ``parts``: (layers, K) wire bytes by message of a bucket (K = 1; PowerSGD's uncompressed, P, Q).
-    Decoding is charged on the link with each message (``Wire.decode_per_byte``): a message of w
-    bytes from each of f workers (f = p for an allgather, 1 for an allreduce) costs
-    ``f w per_received + w fixed``, the totals of :meth:`Compressor.decode_time` over the layers at
-    f = 1 and 0 per wire byte (decode is affine in f), so per received byte ``per_received + fixed / f``.
+    ``parts``: (layers, K) wire bytes by message of a bucket (K = 1; PowerSGD's uncompressed, P, Q),
+    which the fusion schedule (DDP) sends as K messages per bucket; the other schedules send a
+    group's parts as one message. Decoding is charged on the link with each message
+    (``Wire.decode_per_byte``) at the model's average rate: a message of w bytes from each of f
+    workers (f = p for an allgather, 1 for an allreduce) costs ``f w per_received + w fixed``, the
+    totals of :meth:`Compressor.decode_time` over the layers at f = 1 and 0 per wire byte (decode is
+    affine in f), so per received byte ``per_received + fixed / f``.
     """
 
     profile: ModelProfile

@@ -67,7 +67,8 @@ def _fusion_buckets(prof: ModelProfile, cap: float, first: float) -> tuple[list[
     DDP buckets by the dense gradient bytes (``_compute_bucket_assignment_by_size``) and its comm hook
     then compresses each bucket: under a compressor (:data:`COMPRESSED`) the buckets are formed on the
     uncompressed bytes and carry the compressed ones, in the compressor's K messages per bucket
-    (PowerSGD: the uncompressed tensors, the Ps, the Qs).
+    (PowerSGD: the uncompressed tensors, the Ps, the Qs), sent back to back (the hook chains them; a
+    later bucket's first message, which NCCL could slip in between, is kept after them).
     """
     active = COMPRESSED.get()
     if active is not None and active.profile is prof:

@@ -72,6 +72,13 @@ def _elements_option(name: str, value: Any) -> float:
     return float(value)
 
 
+def _overlap(value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise CommscopeError(f"overlap_comm must be True or False (DeepSpeed's zero_optimization.overlap_comm), "
+                             f"got {value!r}")
+    return bool(value)
+
+
 def _zero_plan(prof: ModelProfile, reduce_bucket_size: Any, allgather_bucket_size: Any, bucket_bytes: Any,
                allgather_bucket_bytes: Any) -> tuple[list[list[int]], np.ndarray, np.ndarray]:
     """(reduce buckets, when each is reduced (seconds after backward starts), all-gather message sizes).
@@ -120,12 +127,13 @@ def _zero(prof: ModelProfile, env: Environment, p: int, collective: str | None =
     nbytes, names = _validated(prof, env, p)
     buckets, hooks, ag_sizes = _zero_plan(prof, reduce_bucket_size, allgather_bucket_size, bucket_bytes,
                                           allgather_bucket_bytes)
+    overlap = _overlap(overlap_comm)
     if p == 1:
         return _result("zero", p, prof, _compute_events(prof)[0], stage="ZeRO-1/2", buckets=len(buckets))
     rs_name, ag_name = _decoupled(collective)
     rs, ag = Comm("reduce_scatter", p, env, rs_name, params), Comm("allgather", p, env, ag_name, params)
     sizes = np.array([nbytes[g].sum() for g in buckets])
-    starts, ends, delays = _zero_reduce(prof.forward_s, hooks, rs(sizes), bool(overlap_comm))
+    starts, ends, delays = _zero_reduce(prof.forward_s, hooks, rs(sizes), overlap)
     events, t = _compute_events(prof)[0][:len(prof)], prof.forward_s  # the forward, then the delayed backward
     shifted = np.zeros(len(prof))  # delay of each layer's backward, by layer index
     for b in range(len(buckets) - 1):
@@ -142,7 +150,7 @@ def _zero(prof: ModelProfile, env: Environment, p: int, collective: str | None =
         events.append(Event("comm", "allgather", f"parameters {j + 1}/{len(ag_sizes)}", link, link + float(dt),
                             float(size)))
         link += float(dt)
-    return _result("zero", p, prof, events, stage="ZeRO-1/2", buckets=len(buckets), overlap_comm=bool(overlap_comm))
+    return _result("zero", p, prof, events, stage="ZeRO-1/2", buckets=len(buckets), overlap_comm=overlap)
 
 
 def _zero_kernel(cfg: Configurations, collective: str | None = None, *,
@@ -154,7 +162,7 @@ def _zero_kernel(cfg: Configurations, collective: str | None = None, *,
     rs_name, ag_name = _decoupled(collective)
     sizes = np.array([cfg.nbytes[g].sum() for g in buckets])[None, :]
     t_rs = cfg.comm("reduce_scatter", rs_name, params)(sizes)
-    ends = _zero_reduce(np.full(len(t_rs), cfg.prof.forward_s), hooks, t_rs, bool(overlap_comm))[1]
+    ends = _zero_reduce(np.full(len(t_rs), cfg.prof.forward_s), hooks, t_rs, _overlap(overlap_comm))[1]
     gathered = ends[:, -1] + cfg.comm("allgather", ag_name, params)(ag_sizes[None, :]).sum(axis=1)
     return np.maximum(gathered, cfg.prof.compute_s)
 
