@@ -60,8 +60,8 @@ def collective_figure(curves: pd.DataFrame, metric: str = "time_s", title: str =
     """Lines of ``metric`` versus message size, one per algorithm; lower bounds dashed; a library's curve
     (kind ``"library"``, :func:`app.data.library_curve`) thick and black, its choice at each size in the
     hover; measured sweep points (:func:`app.data.measured_points`) as markers, one trace per label, with
-    the p10-p90 spread of the time as error bars; ``bands`` (:func:`cm.choice_bands`) as shaded, labelled
-    ranges of the size axis.
+    the p10-p90 spread of the time (where a record has one) as error bars; ``bands``
+    (:func:`cm.choice_bands`) as shaded, labelled ranges of the size axis.
 
     ``curves`` is the long table of :func:`app.data.collective_curves` (and the library's rows).
     """
@@ -83,7 +83,7 @@ def collective_figure(curves: pd.DataFrame, metric: str = "time_s", title: str =
     if measured is not None and not measured.empty:
         for name, df in measured.groupby("label", sort=False):
             err = None
-            if metric == "time_s":
+            if metric == "time_s" and (df["time_p90_s"] > df["time_p10_s"]).any():  # published: no spread
                 err = {"type": "data", "symmetric": False, "array": df["time_p90_s"] - df["time_s"],
                        "arrayminus": df["time_s"] - df["time_p10_s"], "thickness": 1}
             fig.add_trace(go.Scatter(

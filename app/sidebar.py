@@ -136,8 +136,8 @@ def _render() -> cm.Environment:
 
 
 LINK_LABELS = {"network": "network (NICs, switches)", "nvlink": "NVLink", "pcie": "PCIe"}
-# compute capability -> what has it; None: not given (NCCL's model then assumes 8.0)
-GPUS = {None: "not given (as 8.0)", 70: "7.0 (V100)", 75: "7.5 (T4, RTX 20)", 80: "8.0 (A100)",
+# compute capability -> what has it; 0: not given (NCCL's model then assumes 8.0; a selectbox shows None as empty)
+GPUS = {0: "not given (as 8.0)", 70: "7.0 (V100)", 75: "7.5 (T4, RTX 20)", 80: "8.0 (A100)",
         86: "8.6 (A10, RTX 30)", 89: "8.9 (L4, L40, RTX 40)", 90: "9.0 (H100, H200)", 100: "10.0 (B200)"}
 
 
@@ -166,7 +166,7 @@ def _fabric(gpus: int, keep) -> dict:
     out["compute_capability"] = st.selectbox("GPU (compute capability)", cc, format_func=GPUS.get,
                                              **keep("env_cc"), **initial("env_cc", index=0),
                                              help="NCCL's per-architecture limits: LL128 on 7.0, 8.0, 9.0 "
-                                                  "with NVLink; its bandwidth caps per generation.")
+                                                  "with NVLink; its bandwidth caps per generation.") or None
     if link == "network":
         oversub = st.number_input("oversubscription (fat tree, down:up)", 1.0, 64.0, step=0.5,
                                   **keep("env_oversub"), **initial("env_oversub", value=1.0),

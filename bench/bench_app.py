@@ -28,6 +28,19 @@ def _large_collectives(at) -> None:
     at.select_slider(key="coll_range").set_value((7, 32))  # 8 * 25 + 1 = 201 sizes
 
 
+def _nccl_collectives(at) -> None:
+    at.selectbox(key="coll_library").set_value("nccl")
+
+
+def _published_collectives(at) -> None:
+    at.radio(key="coll_measured").set_value("published").run()  # sets the page to the system's environment and p
+    at.selectbox(key="coll_published_system").set_value("2x8 H100 (A3 Mega)")
+
+
+def _published_measured(at) -> None:
+    at.radio(key="meas_source").set_value("published")
+
+
 def _large_iteration(at) -> None:
     at.select_slider(key="iter_range").set_value((1, 12))  # p = 2 ... 4096
     at.number_input(key="iter_p").set_value(4096)
@@ -41,12 +54,15 @@ def _large_tta(at) -> None:
 CASES: list[tuple[str, str, Callable | None]] = [
     ("collectives", "views/collectives.py", None),
     ("collectives, p = 4096, 201 sizes", "views/collectives.py", _large_collectives),
+    ("collectives, nccl's bands", "views/collectives.py", _nccl_collectives),
+    ("collectives, published overlay", "views/collectives.py", _published_collectives),
     ("iteration", "views/iteration.py", None),
     ("iteration, p = 2..4096, timeline at 4096", "views/iteration.py", _large_iteration),
     ("convergence", "views/convergence.py", None),
     ("time to accuracy", "views/time_to_accuracy.py", None),
     ("time to accuracy, p = 4096, map to 2048", "views/time_to_accuracy.py", _large_tta),
     ("predicted vs measured", "views/measured.py", None),
+    ("predicted vs measured, published", "views/measured.py", _published_measured),
     ("environments", "views/environments.py", None),
 ]
 

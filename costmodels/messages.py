@@ -35,7 +35,7 @@ class Wire:
     """
 
     primitive: str
-    decode_per_byte: float
+    decode_per_byte: float | np.ndarray  # per configuration in sweeps, where decoding depends on p
 
 
 WIRE: contextvars.ContextVar[Wire | None] = contextvars.ContextVar("commscope_wire", default=None)

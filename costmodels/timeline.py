@@ -64,12 +64,14 @@ class Timeline:
         return sum(e.nbytes for e in self.on("comm") if kind is None or e.kind == kind)
 
     def to_chrome_trace(self, *, process: str = "commscope prediction") -> dict[str, Any]:
-        """Trace Event Format (JSON object form) with one thread per stream."""
-        tids = {s: i for i, s in enumerate(STREAMS)}
+        """Trace Event Format (JSON object form) with one thread per stream (compute, comm, and any other
+        stream the events use, e.g. the parameter server's "pull")."""
+        extra = sorted({e.stream for e in self.events} - set(STREAMS))
+        tids = {s: i for i, s in enumerate((*STREAMS, *extra))}
         meta = [{"ph": "M", "pid": 0, "name": "process_name", "args": {"name": process}}]
         meta += [{"ph": "M", "pid": 0, "tid": i, "name": "thread_name", "args": {"name": s}} for s, i in tids.items()]
         evs = [
-            {"name": f"{e.kind} {e.label}", "cat": e.kind, "ph": "X", "pid": 0, "tid": tids.get(e.stream, len(tids)),
+            {"name": f"{e.kind} {e.label}", "cat": e.kind, "ph": "X", "pid": 0, "tid": tids[e.stream],
              "ts": e.start * 1e6, "dur": e.duration * 1e6, "args": {"label": e.label, "bytes": e.nbytes}}
             for e in self.events
         ]

@@ -22,3 +22,15 @@ def open_page(path: str) -> AppTest:
 def chart_specs(at: AppTest) -> list[dict]:
     """The plotly spec of every chart on the page, in order."""
     return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def values(array: object) -> list:
+    """A trace's data array from a chart spec as a list: plotly writes numeric arrays as typed arrays
+    (``{"dtype": "f8", "bdata": <base64>}``), others as JSON lists."""
+    if isinstance(array, dict) and "bdata" in array:
+        import base64
+
+        import numpy as np
+
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"]).tolist()
+    return list(array or [])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -192,7 +193,7 @@ def _bands(spec: dict) -> list[str]:
 
 def test_library_curve_is_what_the_library_chooses() -> None:
     env = cm.environment("8xH100-NVLink+IB-NDR")
-    curve, choice = library_curve("allreduce", 64, env, SIZES)
+    curve, _ = library_curve("allreduce", 64, env, SIZES)
     want = cm.choose("allreduce", SIZES, 64, env)
     assert set(curve["algorithm"]) == {"library: nccl"} and set(curve["kind"]) == {"library"}
     assert np.allclose(curve["time_s"], want.time) and np.allclose(curve["busbw_GBps"],
@@ -237,7 +238,7 @@ def test_figure_draws_the_bands_and_the_library_curve() -> None:
     shapes = fig.layout.shapes
     assert [s.name for s in shapes] == [b[2] for b in bands] == _bands(fig.to_plotly_json())
     assert shapes[0].x0 == SIZES[0] and shapes[-1].x1 == SIZES[-1]
-    assert all(a.x1 == b.x0 for a, b in zip(shapes[:-1], shapes[1:], strict=False))  # they tile the axis
+    assert all(a.x1 == b.x0 for a, b in pairwise(shapes))  # they tile the axis
     same = {s.name: s.fillcolor for s in shapes}
     assert all(s.fillcolor == same[s.name] for s in shapes) and len(set(same.values())) == len(same)
     assert band_edges([(1.0, 4.0, "a"), (16.0, 64.0, "b")]) == [(1.0, 8.0, "a"), (8.0, 64.0, "b")]

@@ -104,7 +104,7 @@ def _set_number(label: str, value: str) -> Callable:
 
 def _pick(label: str, option: str) -> Callable:
     def act(page) -> None:
-        page.get_by_label(label, exact=False).first.click()
+        page.get_by_label(label, exact=True).first.click()  # exact: not the "Help for <label>" icon
         page.get_by_role("option", name=option, exact=True).click()
     return act
 
@@ -115,23 +115,34 @@ def _radio(option: str) -> Callable:
     return act
 
 
-# (url path, title of the page, the control changed)
+def _steps(*acts: Callable) -> Callable:
+    def act(page) -> None:
+        for a in acts:
+            a(page)
+            page.wait_for_timeout(300)
+    return act
+
+
+# (name of the screenshots, url path, title of the page, the control changed)
 PAGES = [
-    ("", "Collective algorithms", _set_number("p (ranks)", "8")),
-    ("iteration", "Training iteration", _set_number("p (workers)", "16")),
-    ("convergence", "Convergence bounds", _set_number("eps (target of the metric)", "0.001")),
-    ("time_to_accuracy", "Time to accuracy", _set_number("p (workers) of the table", "64")),
-    ("measured", "Predicted vs measured", _radio("the sidebar's environment")),
-    ("environments", "Fit an environment", _radio("median time of each record")),
+    ("collectives", "", "Collective algorithms", _set_number("p (ranks)", "8")),
+    ("collectives-nccl", "", "Collective algorithms", _pick("library", "nccl")),
+    ("collectives-published", "", "Collective algorithms",
+     _steps(_radio("measured sweep points"), _radio("published measurements (nccl-tests)"))),
+    ("iteration", "iteration", "Training iteration", _set_number("p (workers)", "16")),
+    ("convergence", "convergence", "Convergence bounds", _set_number("eps (target of the metric)", "0.001")),
+    ("time_to_accuracy", "time_to_accuracy", "Time to accuracy", _set_number("p (workers) of the table", "64")),
+    ("measured", "measured", "Predicted vs measured", _radio("the sidebar's environment")),
+    ("measured-published", "measured", "Predicted vs measured", _radio("published collectives (nccl-tests tables)")),
+    ("environments", "environments", "Fit an environment", _radio("median time of each record")),
 ]
 
 
 @pytest.mark.browser
 @pytest.mark.multiprocess
-@pytest.mark.parametrize(("path", "title", "change"), PAGES, ids=[p[0] or "collectives" for p in PAGES])
-def test_page_in_the_browser(server: str, path: str, title: str, change: Callable) -> None:
+@pytest.mark.parametrize(("name", "path", "title", "change"), PAGES, ids=[p[0] for p in PAGES])
+def test_page_in_the_browser(server: str, name: str, path: str, title: str, change: Callable) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
-    name = path or "collectives"
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=_chromium(), headless=True,
                                      args=["--no-sandbox", "--disable-dev-shm-usage"])

@@ -237,6 +237,7 @@ CHANGES = [  # (what, change, the chart it must change), applied one after the o
     ("metric", lambda at: at.radio(key="iter_metric").set_value("scaling_efficiency"), "iter_curves"),
     ("p range", lambda at: at.select_slider(key="iter_range").set_value((3, 8)), "iter_curves"),
     ("dense p", lambda at: at.checkbox(key="iter_dense").check(), "iter_curves"),
+    ("library", lambda at: at.selectbox(key="iter_library").set_value("nccl"), "iter_curves"),
     ("collective", lambda at: at.selectbox(key="iter_collective").set_value("cheapest"), "iter_curves"),
     ("compressor", lambda at: at.selectbox(key="iter_compressor").set_value("fp16"), "iter_curves"),
     ("sidebar preset", lambda at: at.sidebar.selectbox(key="env_preset").set_value("IB-NDR"), "iter_curves"),
@@ -293,3 +294,13 @@ def test_fitted_environment_uses_its_algorithms(page: AppTest) -> None:
     expect = cm.simulate(cm.profile("resnet50"), env, 64, "fusion", env.metadata["algorithms"]).iteration_time
     assert page.metric[0].value == f"{expect * 1e3:.4g} ms"
     assert expect != cm.simulate(cm.profile("resnet50"), env, 64, "fusion").iteration_time  # the choice matters
+
+
+def test_library_choice_prices_the_iteration(page: AppTest) -> None:
+    assert page.selectbox(key="iter_library").value == ENV.library == "gloo"
+    page.selectbox(key="iter_library").set_value("nccl").run()
+    assert not page.exception, page.exception
+    assert page.selectbox(key="iter_collective").format_func("auto") == "auto (nccl)"
+    expect = cm.simulate(cm.profile("resnet50"), ENV.with_(library="nccl"), 64, "fusion").iteration_time
+    assert expect != cm.simulate(cm.profile("resnet50"), ENV, 64, "fusion").iteration_time
+    assert page.metric[0].value == f"{expect * 1e3:.4g} ms"

@@ -62,6 +62,10 @@ _ENTRIES = (
              "SGD on the shards", "exact_sharded", "FSDP", {"unit_bytes": DDP_BUCKET_BYTES}),
 )
 
+# how the runner sends, in its cost model's terms: ZeRO reduces from the gradient hooks while backward goes on
+# (DeepSpeed's overlap_comm; the model's default is DeepSpeed's False for stages 1 and 2)
+_SCHEDULE_OPTIONS = {"zero": {"overlap_comm": True}}
+
 for _name, _description, _module, _cls, _options in _ENTRIES:
     TECHNIQUES.register(Technique(_name, _description, _lazy(_module, _cls), exact=True, schedule=_name,
-                                  bound="sgd", options=_options))
+                                  bound="sgd", options=_options, schedule_options=_SCHEDULE_OPTIONS.get(_name, {})))

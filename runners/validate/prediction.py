@@ -26,7 +26,7 @@ def predict(technique: str, options: Mapping[str, Any], profile: Any, env: Any, 
     ``costmodels.simulate`` on the measured ``profile`` and fitted ``env``; every message goes over
     the algorithm fitted for its primitive (e.g. gloo's reduce-scatter, which is an allreduce).
     Technique options map to schedule options (fusion's ``bucket_cap_mb``, dear's ``buffer_bytes``,
-    zero's buckets, local_sgd's ``H``).
+    zero's buckets, fsdp's ``unit_bytes``, local_sgd's ``H``).
     """
     import costmodels as cm
     from runners.training import technique as get_technique
@@ -42,6 +42,8 @@ def predict(technique: str, options: Mapping[str, Any], profile: Any, env: Any, 
         sched["buffer_bytes"] = opts["buffer_bytes"]
     elif tech.schedule == "zero":
         sched.update({k: opts[k] for k in ("bucket_bytes", "allgather_bucket_bytes") if k in opts})
+    elif tech.schedule == "fsdp" and "unit_bytes" in opts:  # the runner wraps units by size
+        sched["unit_bytes"] = opts["unit_bytes"]
     elif tech.schedule == "local_sgd":
         sched["H"] = int(opts["H"])
     compressor = None
