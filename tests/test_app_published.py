@@ -173,3 +173,6 @@ def test_published_overlay_after_the_environment_moves(collectives: AppTest) -> 
     marks = next(tr for tr in chart_specs(at)[0]["data"] if tr["name"] == f"published: {H200}")
     want = [r["result"]["busbw_GBps"] for r in reference.published_records() if r["system"] == H200]
     assert np.allclose(sorted(values(marks["y"])), sorted(want))
+    at.button(key="coll_published_back").click().run()
+    assert not at.exception and at.sidebar.selectbox(key="env_preset").value == "NVLink-H100"
+    assert not at.get("button")  # back on the system's own environment: nothing to go back to

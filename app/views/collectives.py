@@ -123,7 +123,9 @@ with st.expander("measured sweep points", expanded=st.session_state.get("coll_me
         records = [r for r in published_records() if r["system"] == system]
         if (env.name, p) != systems[system][:2]:
             st.caption(f"{system} ran on **{systems[system][0]}** at p = {systems[system][1]}; the page now "
-                       f"draws {env.name} at p = {p} (choose the system again to go back).")
+                       f"draws {env.name} at p = {p}.")
+            st.button(f"back to {systems[system][0]} at p = {systems[system][1]}", key="coll_published_back",
+                      on_click=_published_chosen)
 measured = measured_points(records, primitive) if records else None
 if measured is not None:
     if measured.empty:
