@@ -51,17 +51,17 @@ def resolve_env(env: str | None, alpha: float | None, beta: float | None, gamma:
     return cm.Environment(alpha=alpha, beta=beta, gamma=gamma or 0.0)
 
 
-def parse_params(items: list[str]) -> dict[str, float]:
-    """``--param NAME=VALUE`` items as numbers."""
+def parse_numbers(items: list[str], flag: str) -> dict[str, float]:
+    """``NAME=VALUE`` items of ``flag`` (``--param``, ``--constant``) as numbers."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--param must look like NAME=VALUE, got {item!r}")
+        if not sep or not key.strip():
+            raise UsageError(f"{flag} must look like NAME=VALUE, got {item!r}")
         try:
             out[key.strip()] = float(value)
         except ValueError:
-            raise UsageError(f"--param {key}: value must be a number, got {value!r}") from None
+            raise UsageError(f"{flag} {key.strip()}: value must be a number, got {value!r}") from None
     return out
 
 
@@ -118,17 +118,3 @@ def parse_options(items: list[str]) -> dict[str, Any]:
 def finite_or_none(x: Any) -> float | None:
     """JSON has no inf: an unreachable target (inf iterations or seconds) is written as null."""
     return float(x) if x is not None and np.isfinite(x) else None
-
-
-def parse_constants(items: list[str]) -> dict[str, float]:
-    """``--constant NAME=VALUE`` items as numbers."""
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--constant must look like NAME=VALUE, got {item!r}")
-        try:
-            out[key.strip()] = float(value)
-        except ValueError:
-            raise UsageError(f"--constant {key.strip()}: value must be a number, got {value!r}") from None
-    return out

@@ -18,8 +18,8 @@ from .common import (
     console,
     int_list,
     load_model_profile,
+    parse_numbers,
     parse_options,
-    parse_params,
     parse_sizes,
     resolve_env,
 )
@@ -56,7 +56,7 @@ def predict_collective(
     if not names:
         raise UsageError("--algorithm is empty")
     sizes = parse_sizes(size, min_size, max_size, factor)
-    params = parse_params(param)
+    params = parse_numbers(param, "--param")
     known = {q.name for x in names for q in (
         [q for a in cm.collectives(primitive, include_bounds=False) for q in cm.collective(a).params]
         if x == "auto" else cm.collective(x).params)}

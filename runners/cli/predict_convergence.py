@@ -11,7 +11,7 @@ import typer
 
 import costmodels as cm
 
-from .common import UsageError, console, finite_or_none, int_list, load_model_profile, parse_constants, resolve_env
+from .common import UsageError, console, finite_or_none, int_list, load_model_profile, parse_numbers, resolve_env
 
 CONSTANT_FLAGS = ("L", "sigma", "Delta", "n", "H", "tau", "s", "zeta", "gap", "delta", "omega", "mu")
 
@@ -55,7 +55,7 @@ def predict_convergence(
     flags = {"L": L, "sigma": sigma, "Delta": Delta, "n": n, "H": H, "tau": tau, "s": s, "zeta": zeta, "gap": gap,
              "delta": delta, "omega": omega, "mu": mu}
     given = {k: float(v) for k, v in flags.items() if v is not None}
-    for k, v in parse_constants(constant).items():
+    for k, v in parse_numbers(constant, "--constant").items():
         if k in given:
             raise UsageError(f"{k} is given twice (--{k} and --constant {k}=...)")
         given[k] = v
@@ -146,7 +146,7 @@ def predict_tta(
     names = [x.strip() for a in algorithms for x in a.split(",") if x.strip()] or None
     constants = {k: v for k, v in (("L", L), ("sigma", sigma), ("Delta", Delta), ("zeta", zeta), ("mu", mu))
                  if v is not None}
-    for k, v in parse_constants(constant).items():
+    for k, v in parse_numbers(constant, "--constant").items():
         if k in constants:
             raise UsageError(f"{k} is given twice (--{k} and --constant {k}=...)")
         constants[k] = v
