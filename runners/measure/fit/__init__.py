@@ -8,9 +8,28 @@ from .identify import ORDER, SEPARATION_MIN
 from .prediction import DEFAULT_P1_BYTES, PredictionErrors, prediction_errors
 from .records import STATISTICS, record_time
 from .result import METHOD, PARAMS, UNITS, Candidate, FitResult, FittedParameter
-from .selection import MAX_COMBINATIONS, fit
+from .selection import MAX_COMBINATIONS, WIRE_TOLERANCE, faster_than_the_wire, fit
 from .two_regimes import BANDWIDTH_FROM, LATENCY_BELOW, fit_two_regimes
 
-__all__ = ["BANDWIDTH_FROM", "DEFAULT_P1_BYTES", "LATENCY_BELOW", "MAX_COMBINATIONS", "METHOD", "ORDER", "PARAMS",
-           "SEPARATION_MIN", "STATISTICS", "UNITS", "Candidate", "FitResult", "FittedParameter", "PredictionErrors",
-           "fit", "fit_two_regimes", "prediction_errors", "record_time"]
+__all__ = [
+           "BANDWIDTH_FROM",
+           "DEFAULT_P1_BYTES",
+           "LATENCY_BELOW",
+           "MAX_COMBINATIONS",
+           "METHOD",
+           "ORDER",
+           "PARAMS",
+           "SEPARATION_MIN",
+           "STATISTICS",
+           "UNITS",
+           "WIRE_TOLERANCE",
+           "Candidate",
+           "FitResult",
+           "FittedParameter",
+           "PredictionErrors",
+           "faster_than_the_wire",
+           "fit",
+           "fit_two_regimes",
+           "prediction_errors",
+           "record_time",
+]

@@ -206,6 +206,26 @@ def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: s
     # the library that made the measurements chooses the algorithms when the environment prices a schedule
     # (gloo: one algorithm per primitive); other backends keep the ideal library and the fitted algorithms
     library = "gloo" if {r.get("backend") for r in d.runs} == {"gloo"} else "ideal"
+    implausible = faster_than_the_wire(env.beta, network)
+    if implausible:
+        res.notes.append(implausible)
     res.environment = env.with_(name=name or f"fitted:{stems}", description=description, source=source,
                                 metadata=res.metadata(), library=library)
     return res
+
+
+WIRE_TOLERANCE = 0.97  # a fitted beta below 97% of the wire's cost per byte is physically implausible
+
+
+def faster_than_the_wire(beta: float, network: Any) -> str | None:
+    """A warning when a fitted beta is faster than the emulated link's wire (``expected_beta_s_per_byte`` of the
+    records' network spec, framing included), else None. A token bucket lets bursts pass at the host's speed, so
+    sizes that fit in it pull a least-squares beta below the wire; back-to-back messages then run at the wire."""
+    wire = network.get("expected_beta_s_per_byte") if isinstance(network, Mapping) else None
+    if not isinstance(wire, (int, float)) or wire <= 0 or beta >= WIRE_TOLERANCE * wire:
+        return None
+    burst = ((network.get("qdisc") or {}).get("tbf") or {}).get("burst_bytes")
+    why = f" (a token bucket of {burst:,} bytes lets bursts through at the host's speed)" if burst else ""
+    return (f"implausible: beta {beta * 1e9:.4g} ns/B is {wire / beta:.2f}x faster than the emulated link's wire "
+            f"({wire * 1e9:.4g} ns/B at {network.get('rate', '?')}){why}; messages sent back to back will take "
+            f"longer than this environment predicts")
