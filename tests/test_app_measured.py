@@ -350,7 +350,9 @@ def test_environments_page_with_an_upload(environments: AppTest) -> None:
     assert not environments.exception and not environments.get("plotly_chart")
     environments.file_uploader(key="envs_upload").set_value(("r.jsonl", RECORDS_1G.read_bytes(), "text/plain")).run()
     assert not environments.exception, environments.exception
-    assert len(environments.get("plotly_chart")) == 2 and not environments.warning
+    assert len(environments.get("plotly_chart")) == 2
+    # the shipped 1 Gbit/s sweep fits a beta faster than its wire (the token bucket): the one warning is that
+    assert [w.value.split(":")[0] for w in environments.warning] == ["implausible"]
     environments.file_uploader(key="envs_upload").set_value(
         ("v.jsonl", VALIDATION.read_bytes(), "text/plain")).run()  # no collective records
     assert not environments.exception and any("No `collective` records" in w.value for w in environments.warning)

@@ -155,8 +155,8 @@ m4.metric("R^2", f"{q['r2']:.4f}")
 st.dataframe(result.parameters, hide_index=True, width="stretch", key="envs_params",
              column_config={c: st.column_config.NumberColumn(c, format="%.4g")
                             for c in ("value", "ci95_low", "ci95_high")})
-for note in result.notes:
-    st.caption(note)
+for note in result.notes:  # a physically implausible fit is a warning, the rest are notes
+    (st.warning if note.startswith("implausible") else st.caption)(note)
 if len(result.ranking):
     with st.expander("candidate algorithms (auto)"):
         st.dataframe(result.ranking, hide_index=True, width="stretch")
