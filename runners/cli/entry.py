@@ -10,7 +10,7 @@ import typer
 
 import costmodels as cm
 
-from . import app_command, bench, catalog, emulate, fit, imports, predict, profile, train, validate
+from . import app_command, bench, calibrate, catalog, emulate, fit, imports, predict, profile, train, validate
 
 app = typer.Typer(
     name="commscope",
@@ -22,7 +22,7 @@ app = typer.Typer(
 )
 
 # the order of `commscope --help`
-for _module in (predict, catalog, app_command, fit, emulate, bench, imports, profile, train, validate):
+for _module in (predict, catalog, app_command, fit, calibrate, emulate, bench, imports, profile, train, validate):
     _module.register(app)
 
 

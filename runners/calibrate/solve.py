@@ -1,0 +1,173 @@
+"""The fit of an environment's iteration terms to measured iterations, and the leave-one-technique-out check.
+
+With the network terms (alpha, beta, gamma) fixed by the sweep, the iteration terms ``kappa_c`` (compute
+slowed while a collective is in flight), ``kappa_m`` (communication slowed while compute runs) and
+``host_overhead`` (LogP's o, seconds per message on the issuing thread) are found by least squares on the
+relative error of every cell, ``r_i = predicted_i(theta) / measured_i - 1``, each term >= 0
+(``scipy.optimize.least_squares``; the predictions are ``costmodels.simulate`` of each cell's schedule, so
+the Jacobian is taken by finite differences). Terms that no cell is sensitive to (kappa_c and kappa_m when
+no technique overlaps) are reported as not identifiable and kept at 0.
+
+Confidence intervals (95%): cov = s^2 (J^T J)^-1 with s^2 = RSS / (N - k) and Student's t with N - k
+degrees of freedom, as for the sweep fit (:mod:`runners.measure.fit.least_squares`).
+
+Leave-one-technique-out: for each technique, the terms are fitted on the cells of the other techniques
+and that technique's cells are predicted; its error there is what a person who never measured it would see.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+import costmodels as cm
+from costmodels.errors import CommscopeError
+
+from .cells import OVERLAPPING, Cell, gather_cells, sweep_environment
+from .result import CalibrationResult, LeftOut, TermFit
+
+TERMS = ("kappa_c", "kappa_m", "host_overhead")
+UNITS = {"kappa_c": "", "kappa_m": "", "host_overhead": "s/message"}
+# scale of each term in the solver's variables (O(1) steps): kappas as they are, the overhead in ms
+SCALE = {"kappa_c": 1.0, "kappa_m": 1.0, "host_overhead": 1e-3}
+START = {"kappa_c": 0.05, "kappa_m": 0.05, "host_overhead": 1e-4}
+IDENTIFIABLE = 1e-6  # a term whose Jacobian column has a smaller norm (relative error per unit) is not seen
+
+
+def predict_cells(cells: Sequence[Cell], env: cm.Environment) -> np.ndarray:
+    """Predicted seconds per iteration of every cell in ``env`` (NaN where a cell cannot be predicted)."""
+    from runners.validate.prediction import predict
+
+    out = np.empty(len(cells))
+    for i, c in enumerate(cells):
+        try:
+            out[i] = predict(c.technique, c.options, c.profile, env, c.p)[0]
+        except CommscopeError:
+            out[i] = math.nan
+    return out
+
+
+def with_terms(env: cm.Environment, values: Mapping[str, float]) -> cm.Environment:
+    """``env`` with its iteration terms replaced."""
+    return replace(env, **{k: float(v) for k, v in values.items()})
+
+
+def _fit(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str]) -> tuple[dict[str, TermFit], np.ndarray]:
+    """Least squares of ``terms`` over ``cells`` (others kept as in ``env``); the fits and the relative errors."""
+    from scipy import optimize, stats
+
+    measured = np.array([c.measured_s for c in cells])
+    free = list(terms)
+
+    def residual(x: np.ndarray, names: Sequence[str]) -> np.ndarray:
+        e = with_terms(env, {k: max(v, 0.0) * SCALE[k] for k, v in zip(names, x, strict=True)})
+        r = predict_cells(cells, e) / measured - 1.0
+        return np.where(np.isfinite(r), r, 0.0)
+
+    fits: dict[str, TermFit] = {}
+    x = np.array([START[k] / SCALE[k] for k in free])
+    sol = None
+    for _ in range(len(TERMS) + 1):  # drop the terms nothing is sensitive to, then refit the rest
+        if not free:
+            break
+        sol = optimize.least_squares(residual, x, args=(free,), bounds=(0.0, np.inf), diff_step=1e-3,
+                                     x_scale=1.0, max_nfev=60)
+        norms = np.linalg.norm(sol.jac, axis=0)
+        blind = [k for k, n in zip(free, norms, strict=True) if n < IDENTIFIABLE]
+        if not blind:
+            break
+        for k in blind:
+            fits[k] = TermFit(k, 0.0, "not identifiable", note="no measured cell is sensitive to it; kept at 0")
+        keep = [i for i, k in enumerate(free) if k not in blind]
+        free = [free[i] for i in keep]
+        x = sol.x[keep]
+    values = {k: float(v) * SCALE[k] for k, v in zip(free, sol.x if sol is not None and free else [], strict=False)}
+    rel = residual(np.array([values[k] / SCALE[k] for k in free]), free) if free else residual(np.array([]), [])
+    if free and sol is not None:
+        n, k = len(cells), len(free)
+        dof = n - k
+        jac = sol.jac / np.array([SCALE[t] for t in free])  # d r / d term, in the term's own unit
+        rss = float(np.sum(rel**2))
+        cov = None
+        if dof > 0:
+            try:
+                cov = rss / dof * np.linalg.inv(jac.T @ jac)
+            except np.linalg.LinAlgError:
+                cov = None
+        tq = float(stats.t.ppf(0.975, dof)) if dof > 0 else math.nan
+        for i, t in enumerate(free):
+            if cov is None or not math.isfinite(cov[i, i]) or cov[i, i] < 0:
+                why = "as many terms as cells: no interval" if dof <= 0 else "terms not separable: no interval"
+                fits[t] = TermFit(t, values[t], "fitted", note=why)
+                continue
+            se = math.sqrt(cov[i, i])
+            fits[t] = TermFit(t, values[t], "fitted", ci95=(max(values[t] - tq * se, 0.0), values[t] + tq * se),
+                              stderr=se)
+    return {t: fits[t] for t in terms if t in fits}, rel
+
+
+def _require_mix(cells: Sequence[Cell], what: str) -> None:
+    techs = {c.technique for c in cells}
+    if len(techs) < 2 or not any(c.overlaps for c in cells) or all(c.overlaps for c in cells):
+        raise CommscopeError(
+            f"{what} needs measured iterations of at least two techniques, one that overlaps communication with "
+            f"computation ({', '.join(sorted(OVERLAPPING))}) and one that does not (e.g. bsp); got "
+            f"{', '.join(sorted(techs)) or 'none'}")
+
+
+def calibrate(paths: Sequence[str | Path], *, environment: cm.Environment | None = None,
+              profile: cm.ModelProfile | None = None, terms: Sequence[str] = TERMS, name: str | None = None,
+              leave_one_out: bool = True) -> CalibrationResult:
+    """Calibrate an environment on measured records: alpha, beta, gamma from the sweeps (or ``environment``),
+    then ``terms`` from the iterations, with 95% CIs and the leave-one-technique-out errors."""
+    from runners import results
+
+    bad_terms = [t for t in terms if t not in TERMS]
+    if bad_terms or not terms:
+        raise CommscopeError(f"unknown term(s) {', '.join(map(repr, bad_terms)) or '(none)'}; allowed: "
+                             f"{', '.join(TERMS)}")
+    files = [str(p) for p in paths]
+    loaded = results.load(files)
+    cells = gather_cells(loaded.records, profile)
+    _require_mix(cells, "calibration")
+    sweep = None
+    if environment is None:
+        sweep = sweep_environment(files, loaded.records, name=name)
+        base = sweep.environment
+    else:
+        base = environment
+    base = with_terms(base, {t: 0.0 for t in TERMS})
+    sweep_only = predict_cells(cells, base)
+    fits, rel = _fit(cells, base, terms)
+    env = with_terms(base, {t: f.value for t, f in fits.items()})
+    left_out: list[LeftOut] = []
+    if leave_one_out:
+        for tech in sorted({c.technique for c in cells}):
+            rest = [c for c in cells if c.technique != tech]
+            mine = [c for c in cells if c.technique == tech]
+            note = ""
+            techs_left = {c.technique for c in rest}
+            if not any(c.overlaps for c in rest) or all(c.overlaps for c in rest) or len(techs_left) < 2:
+                note = "the other techniques do not include both an overlapping and a non-overlapping one"
+            sub, _ = _fit(rest, base, terms)
+            pred = predict_cells(mine, with_terms(base, {t: f.value for t, f in sub.items()}))
+            left_out.append(LeftOut(tech, {t: f.value for t, f in sub.items()},
+                                    [(c, float(p)) for c, p in zip(mine, pred, strict=True)], note))
+    return CalibrationResult(environment=env, sweep=sweep, cells=cells, terms=fits,
+                             predicted_s=(rel + 1.0) * np.array([c.measured_s for c in cells]),
+                             sweep_only_s=sweep_only, left_out=left_out, files=files, bad=[str(b) for b in loaded.bad])
+
+
+def describe(values: Mapping[str, float]) -> str:
+    """Terms as people read them: kappas as they are, the overhead in microseconds."""
+    parts = []
+    for t in TERMS:
+        if t in values:
+            v = values[t]
+            parts.append(f"{t} {v * 1e6:.4g} us" if t == "host_overhead" else f"{t} {v:.4g}")
+    return ", ".join(parts)
+

@@ -1,0 +1,167 @@
+"""``commscope calibrate``: the iteration terms recovered from iterations simulated with known terms, the
+leave-one-technique-out table, the sweep path on the shipped validation records, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import costmodels as cm
+from runners import results
+from runners.calibrate import calibrate
+from runners.calibrate.solve import predict_cells, with_terms
+from runners.cli import main
+
+SHIPPED = Path(__file__).resolve().parents[1] / "runners" / "reference" / "validation" / "1gbit"
+TRUTH = {"kappa_c": 0.3, "kappa_m": 0.2, "host_overhead": 5e-4}
+TECHNIQUES = (("bsp", {}), ("wfbp", {}), ("fusion", {"bucket_cap_mb": 1.0}), ("dear", {"buffer_bytes": 2**20}),
+              ("bytescheduler", {"partition_bytes": 2**18, "credit_bytes": 2**20}))
+RUN = {"backend": "gloo", "network": {"rate": "1gbit", "nodes": 4, "emulated": True}}
+
+
+def _profile() -> cm.ModelProfile:
+    return cm.load_profile(SHIPPED / "profile.json")
+
+
+def _environment() -> cm.Environment:
+    return cm.Environment.load(SHIPPED / "environment.json")
+
+
+def _write(tmp: Path, env: cm.Environment, techniques=TECHNIQUES, ps=(2, 4), noise: float = 0.0,
+           run=RUN) -> tuple[Path, cm.Environment]:
+    """Iteration records whose times are the model's own with the TRUTH terms (times (1 + noise) alternately)."""
+    from runners.validate.prediction import predict
+
+    prof = _profile()
+    truth_env = with_terms(env, TRUTH)
+    recs = [results.record("profile", {"model": "resnet_small", "batch_size": prof.batch_size}, prof.to_dict(), run)]
+    k = 0
+    for p in ps:
+        for tech, opts in techniques:
+            t = predict(tech, opts, prof, truth_env, p)[0] * (1 + noise * (-1) ** k)
+            k += 1
+            recs.append(results.record(
+                "iteration", {"algorithm": tech, "options": opts, "model": "resnet_small",
+                              "batch_size": prof.batch_size, "world_size": p},
+                {"time_s": t, "time_p10_s": 0.98 * t, "time_p90_s": 1.02 * t}, run))
+    path = tmp / "iterations.jsonl"
+    results.append(path, recs)
+    env_path = tmp / "env.json"
+    env.save(env_path)
+    return path, env
+
+
+def test_terms_are_recovered_from_iterations_simulated_with_them(tmp_path):
+    path, env = _write(tmp_path, _environment())
+    res = calibrate([path], environment=env)
+    # every cell is explained (the data are the model's own)
+    assert res.summary()["calibrated"]["max_abs_error"] < 1e-3
+    # the sweep-only prediction (terms at 0) is too fast wherever a term acts
+    assert all(r["sweep_only_error"] < 0 for r in res.rows())
+    got = {k: f.value for k, f in res.terms.items()}
+    assert got["host_overhead"] == pytest.approx(TRUTH["host_overhead"], rel=0.05)
+    for k in ("kappa_c", "kappa_m"):
+        f = res.terms[k]
+        assert f.status == "fitted"
+        assert got[k] == pytest.approx(TRUTH[k], rel=0.1, abs=0.02)
+    # a technique left out is still predicted from the others' terms
+    assert res.summary()["left_out"]["max_abs_error"] < 0.01
+    assert {lo.technique for lo in res.left_out} == {t for t, _ in TECHNIQUES}
+
+
+def test_intervals_cover_the_truth_under_noise(tmp_path):
+    path, env = _write(tmp_path, _environment(), noise=0.01)
+    res = calibrate([path], environment=env)
+    f = res.terms["host_overhead"]
+    assert f.ci95 is not None and f.ci95[0] <= TRUTH["host_overhead"] <= f.ci95[1]
+    assert res.summary()["calibrated"]["median_abs_error"] < 0.02
+
+
+def test_without_overlapping_cells_the_kappas_are_not_identifiable(tmp_path):
+    # bsp and local SGD never overlap: kappa_c and kappa_m cannot be seen, so the mix is refused
+    path, env = _write(tmp_path, _environment(), techniques=(("bsp", {}), ("local_sgd", {"H": 4})))
+    with pytest.raises(cm.CommscopeError, match="one that overlaps"):
+        calibrate([path], environment=env)
+
+
+def test_terms_at_zero_give_the_sweep_only_prediction(tmp_path):
+    path, env = _write(tmp_path, _environment())
+    res = calibrate([path], environment=env)
+    zero = predict_cells(res.cells, with_terms(env, {k: 0.0 for k in TRUTH}))
+    assert list(zero) == pytest.approx(list(res.sweep_only_s), rel=1e-12)
+
+
+def test_cli_calibrates_the_shipped_validation_run_from_its_sweep(tmp_path, capsys):
+    out = tmp_path / "env.json"
+    assert main(["calibrate", str(SHIPPED / "records.jsonl"), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "leave" in text.lower() or "left out" in text
+    env = cm.Environment.load(out)
+    cal = env.metadata["calibration"]
+    assert set(cal["terms"]) == set(TRUTH)
+    assert set(cal["techniques"]) >= {"bsp", "wfbp", "bytescheduler"}
+    # the network terms come from the run's own sweep, as validation fits them
+    fitted = _environment()
+    assert env.beta == pytest.approx(fitted.beta, rel=1e-6)
+    assert env.alpha == pytest.approx(fitted.alpha, rel=1e-6)
+    for k in TRUTH:
+        assert getattr(env, k) >= 0 and math.isfinite(getattr(env, k))
+
+
+def test_cli_json_is_strict_json(tmp_path, capsys):
+    path, _ = _write(tmp_path, _environment())
+    assert main(["calibrate", str(path), "--environment", str(tmp_path / "env.json"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {r["technique"] for r in data["cells"]} == {t for t, _ in TECHNIQUES}
+    assert data["written"] is None
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--terms", "kappa_x"], "unknown term(s) kappa_x; allowed: kappa_c, kappa_m, host_overhead"),
+    (["--environment", "no-such-preset"], "no-such-preset"),
+])
+def test_cli_bad_options_are_one_line(tmp_path, capsys, args, message):
+    path, _ = _write(tmp_path, _environment(), ps=(2,))
+    assert main(["calibrate", str(path), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("commscope: error:") and message in err and err.count("\n") == 1
+
+
+def test_cli_refuses_records_without_iterations_or_profiles(tmp_path, capsys):
+    sweep_only = tmp_path / "sweep.jsonl"
+    loaded = results.load(SHIPPED / "records.jsonl")
+    results.append(sweep_only, [r for r in loaded.records if r["kind"] == "collective"])
+    assert main(["calibrate", str(sweep_only)]) == 2
+    assert "no iteration records" in capsys.readouterr().err
+    no_profile = tmp_path / "noprofile.jsonl"
+    results.append(no_profile, [r for r in loaded.records if r["kind"] != "profile"])
+    assert main(["calibrate", str(no_profile)]) == 2
+    assert "no profile for model 'resnet_small'" in capsys.readouterr().err
+
+
+def test_cli_refuses_iterations_from_two_networks(tmp_path, capsys):
+    a, _ = _write(tmp_path, _environment(), ps=(2,))
+    other = tmp_path / "b"
+    other.mkdir()
+    b, _ = _write(other, _environment(), ps=(2,), run={**RUN, "network": {**RUN["network"], "rate": "100mbit"}})
+    assert main(["calibrate", str(a), str(b), "--environment", str(tmp_path / "env.json")]) == 2
+    assert "2 different networks" in capsys.readouterr().err
+
+
+def test_a_failed_calibration_leaves_the_output_untouched(tmp_path):
+    out = tmp_path / "env.json"
+    out.write_text("keep me")
+    sweep_only = tmp_path / "sweep.jsonl"
+    results.append(sweep_only, [r for r in results.load(SHIPPED / "records.jsonl").records
+                                if r["kind"] == "collective"])
+    assert main(["calibrate", str(sweep_only), "--out", str(out)]) == 2
+    assert out.read_text() == "keep me"
+
+
+def test_with_terms_rejects_negative_values():
+    with pytest.raises(cm.CommscopeError):
+        replace(_environment(), kappa_c=-0.1)
