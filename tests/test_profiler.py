@@ -26,7 +26,7 @@ FAST = {"warmup": 1, "iterations": 3, "threads": 1}
 
 # ------------------------------------------------------------------------------------- zoo
 def test_zoo_names_every_model() -> None:
-    assert zoo.models() == ["mlp", "resnet_small", "gpt_small", "resnet50", "vgg16", "bert-base", "gpt2"]
+    assert zoo.models() == ["mlp", "resnet_small", "gpt_small", "gpt_wide", "resnet50", "vgg16", "bert-base", "gpt2"]
     assert set(TORCH_ONLY) <= set(zoo.models(available_only=True))
     for name in zoo.models():
         e = zoo.model(name)

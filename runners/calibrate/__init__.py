@@ -12,6 +12,6 @@ host_overhead) come from the iterations, with confidence intervals and a leave-o
 
 from .cells import Cell, gather_cells
 from .result import CalibrationResult
-from .solve import TERMS, calibrate
+from .solve import TERMS, calibrate, fit_terms, leave_one_technique_out
 
-__all__ = ["TERMS", "CalibrationResult", "Cell", "calibrate", "gather_cells"]
+__all__ = ["TERMS", "CalibrationResult", "Cell", "calibrate", "fit_terms", "gather_cells", "leave_one_technique_out"]

@@ -119,6 +119,28 @@ def _require_mix(cells: Sequence[Cell], what: str) -> None:
             f"{', '.join(sorted(techs)) or 'none'}")
 
 
+def fit_terms(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str] = TERMS) -> dict[str, TermFit]:
+    """The iteration ``terms`` fitted to ``cells`` on top of ``env``'s network terms (see the module docstring)."""
+    return _fit(cells, env, terms)[0]
+
+
+def leave_one_technique_out(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str] = TERMS
+                            ) -> list[LeftOut]:
+    """For each technique: the terms fitted on the other techniques' cells, and its own cells predicted with them."""
+    out = []
+    for tech in sorted({c.technique for c in cells}):
+        rest = [c for c in cells if c.technique != tech]
+        mine = [c for c in cells if c.technique == tech]
+        note = ""
+        if len({c.technique for c in rest}) < 2 or not any(c.overlaps for c in rest) or all(c.overlaps for c in rest):
+            note = "the other techniques do not include both an overlapping and a non-overlapping one"
+        sub = fit_terms(rest, env, terms)
+        pred = predict_cells(mine, with_terms(env, {t: f.value for t, f in sub.items()}))
+        out.append(LeftOut(tech, {t: f.value for t, f in sub.items()},
+                           [(c, float(p)) for c, p in zip(mine, pred, strict=True)], note))
+    return out
+
+
 def calibrate(paths: Sequence[str | Path], *, environment: cm.Environment | None = None,
               profile: cm.ModelProfile | None = None, terms: Sequence[str] = TERMS, name: str | None = None,
               leave_one_out: bool = True) -> CalibrationResult:
@@ -142,23 +164,11 @@ def calibrate(paths: Sequence[str | Path], *, environment: cm.Environment | None
         base = environment
     base = with_terms(base, {t: 0.0 for t in TERMS})
     sweep_only = predict_cells(cells, base)
-    fits, rel = _fit(cells, base, terms)
+    fits = fit_terms(cells, base, terms)
     env = with_terms(base, {t: f.value for t, f in fits.items()})
-    left_out: list[LeftOut] = []
-    if leave_one_out:
-        for tech in sorted({c.technique for c in cells}):
-            rest = [c for c in cells if c.technique != tech]
-            mine = [c for c in cells if c.technique == tech]
-            note = ""
-            techs_left = {c.technique for c in rest}
-            if not any(c.overlaps for c in rest) or all(c.overlaps for c in rest) or len(techs_left) < 2:
-                note = "the other techniques do not include both an overlapping and a non-overlapping one"
-            sub, _ = _fit(rest, base, terms)
-            pred = predict_cells(mine, with_terms(base, {t: f.value for t, f in sub.items()}))
-            left_out.append(LeftOut(tech, {t: f.value for t, f in sub.items()},
-                                    [(c, float(p)) for c, p in zip(mine, pred, strict=True)], note))
+    left_out = leave_one_technique_out(cells, base, terms) if leave_one_out else []
     return CalibrationResult(environment=env, sweep=sweep, cells=cells, terms=fits,
-                             predicted_s=(rel + 1.0) * np.array([c.measured_s for c in cells]),
+                             predicted_s=predict_cells(cells, env),
                              sweep_only_s=sweep_only, left_out=left_out, files=files, bad=[str(b) for b in loaded.bad])
 
 

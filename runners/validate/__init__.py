@@ -26,9 +26,9 @@ Here: the suites and plans (:mod:`.suite`), the driver (:mod:`.driver`), predict
 
 from .driver import run_job, validate
 from .prediction import compare, measured_time, predict
-from .report import markdown, summary, table_rows, write_tables
+from .report import markdown, regime_name, regimes, summary, table_rows, winners, write_tables
 from .suite import EXACT, LATENCY_BYTES, PERIODIC, SUITES, Suite, ValidationError, env_label, job_command, make_plan
 
 __all__ = ["EXACT", "LATENCY_BYTES", "PERIODIC", "SUITES", "Suite", "ValidationError", "compare", "env_label",
-           "job_command", "make_plan", "markdown", "measured_time", "predict", "run_job", "summary", "table_rows",
-           "validate", "write_tables"]
+           "job_command", "make_plan", "markdown", "measured_time", "predict", "regime_name", "regimes", "run_job",
+           "summary", "table_rows", "validate", "winners", "write_tables"]

@@ -15,7 +15,7 @@ from runners import results
 
 from .prediction import compare
 from .report import write_tables
-from .suite import SUITES, Suite, ValidationError, env_label, job_command, make_plan
+from .suite import SUITES, Suite, ValidationError, env_label, job_command, make_plan, profile_file
 
 _STAGE = re.compile(r"@@ stage (\d+)/(\d+): (.*)")
 _FAILED = re.compile(r"@@ failed (\S+): (.*)")
@@ -84,8 +84,13 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
     outdir.mkdir(parents=True, exist_ok=True)
     all_records: list[dict[str, Any]] = []
     failures: list[str] = []
-    notes = [f"suite {s.name}: model {s.model}, batch {s.batch_size} per rank, {ranks} ranks "
-             f"({rpn} per node), {threads} thread(s) per rank, {s.iterations} timed iterations after {s.warmup}",
+    models = ", ".join(f"{m} (batch {b} per rank)" for m, b in s.workloads)
+    notes = [f"suite {s.name}: {models}; {ranks} ranks ({rpn} per node), {threads} thread(s) per rank, "
+             f"{s.iterations} timed iterations after {s.warmup}"
+             + (f", every technique {s.repeats} times in rotated order" if s.repeats > 1 else ""),
+             "predictions: (a) the sweep-fitted environment alone; (b) calibrated leave-one-technique-out on the "
+             "environment's other techniques (commscope calibrate); (c) with the shipped default interference and "
+             "overhead terms",
              "compute: profiled inside the distributed run, on all ranks at once with the same threads per rank "
              "(each rank's per-layer medians scaled to its unhooked forward and backward, then the mean over ranks)",
              "environment: fitted to the mean per-iteration times of this run's own sweep of "
@@ -101,7 +106,8 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
         plan_path = envdir / "plan.json"
         plan_path.write_text(json.dumps(plan, indent=2))
         cmd = job_command(plan_path, rate, ranks, rpn)
-        task = progress.add_task(label, total=3 + len(s.techniques)) if progress is not None else None
+        stages = 2 + len(s.workloads) * (1 + s.repeats * len(s.techniques))
+        task = progress.add_task(label, total=stages) if progress is not None else None
 
         def on_stage(k: int, n: int, what: str, task: Any = task) -> None:
             if progress is not None:
@@ -109,18 +115,21 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
 
         code, failed, tail = run_job(cmd, envdir / "log.txt", on_stage, threads)
         if progress is not None:
-            progress.update(task, completed=3 + len(s.techniques), description=f"{label}: done")
+            progress.update(task, completed=stages, description=f"{label}: done")
         for f in failed:
             failures.append(f"{label}: {f}")
         if code and not failed:
             failures.append(f"{label}: the job exited with code {code} ({envdir / 'log.txt'} has its output):\n  "
                             + "\n  ".join(tail[-6:]))
-        if not (envdir / "environment.json").exists() or not (envdir / "profile.json").exists():
+        if not (envdir / "environment.json").exists():
             continue
         env = cm.Environment.load(envdir / "environment.json")
-        prof = cm.load_profile(envdir / "profile.json")
+        profs = {model: cm.load_profile(profile_file(envdir, i, model))
+                 for i, (model, _) in enumerate(s.workloads) if profile_file(envdir, i, model).exists()}
+        if not profs:
+            continue
         loaded = results.load(envdir / "records.jsonl")
-        recs = compare(loaded.records, prof, env, label)
+        recs = compare(loaded.records, profs, env, label)
         if recs:
             results.append(outdir / "validation.jsonl", recs)
         all_records += recs

@@ -3,9 +3,11 @@ fitted environment and measured profile, and the "validation" records that put t
 
 from __future__ import annotations
 
-import math
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from costmodels.errors import CommscopeError
 from runners import results
@@ -75,29 +77,107 @@ def measured_time(record: Mapping[str, Any]) -> float:
     return float(res["time_s"])
 
 
-def compare(records: Sequence[Mapping[str, Any]], profile: Any, env: Any, environment: str) -> list[dict[str, Any]]:
-    """Validation records: one per iteration record, with the prediction beside the measurement."""
-    out = []
+def _key(rec: Mapping[str, Any]) -> tuple[str, str, str, int]:
+    cfg = rec["config"]
+    opts = {k: v for k, v in cfg.get("options", {}).items() if k not in ("profile", "env")}
+    return cfg["algorithm"], json.dumps(opts, sort_keys=True), str(cfg["model"]), int(cfg["world_size"])
+
+
+def comm_shares(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Per model: the measured share of communication in the bsp iteration (exposed communication / iteration,
+    medians; the median over repetitions), the regime a cell lives in."""
+    by: dict[str, list[float]] = {}
     for rec in records:
-        if rec.get("kind") != "iteration":
-            continue
-        cfg = rec["config"]
-        p = int(cfg["world_size"])
-        measured = measured_time(rec)
+        if rec.get("kind") == "iteration" and rec["config"]["algorithm"] == "bsp":
+            r = rec["result"]
+            if r.get("exposed_comm_s") is not None and r.get("time_s"):
+                by.setdefault(str(rec["config"]["model"]), []).append(float(r["exposed_comm_s"]) / float(r["time_s"]))
+    return {m: float(np.median(v)) for m, v in by.items()}
+
+
+def shipped_defaults(env: Any) -> Any:
+    """``env`` with the interference and overhead terms that commscope ships for its kind of system (the
+    library's defaults, :func:`costmodels.default_terms`): prediction (c), what a user gets without calibrating."""
+    import dataclasses
+
+    import costmodels as cm
+
+    return dataclasses.replace(env, **cm.default_terms(env))
+
+
+def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, environment: str) -> list[dict[str, Any]]:
+    """Validation records: one per measured cell (technique, options, model, p; repetitions together), with three
+    predictions beside the measurement:
+
+    (a) ``predicted_s``: the run's sweep-fitted environment alone (interference and overhead at 0);
+    (b) ``predicted_calibrated_s``: calibrated leave-one-technique-out (:mod:`runners.calibrate`) on this
+        environment's other techniques;
+    (c) ``predicted_defaults_s``: the sweep-fitted environment with the shipped default terms.
+
+    ``profiles`` is one profile for every model, or a mapping from model name to profile.
+    """
+    from runners.calibrate import Cell, leave_one_technique_out
+    from runners.calibrate.solve import TERMS, with_terms
+
+    its = [r for r in records if r.get("kind") == "iteration"]
+    groups: dict[tuple[str, str, str, int], list[Mapping[str, Any]]] = {}
+    for rec in its:
+        groups.setdefault(_key(rec), []).append(rec)
+
+    def profile_of(model: str) -> Any:
+        return profiles.get(model) if isinstance(profiles, Mapping) else profiles
+
+    base = with_terms(env, {t: 0.0 for t in TERMS})
+    cells = [Cell(r["config"]["algorithm"], json.loads(k[1]), k[2], int(r["config"]["batch_size"]), k[3],
+                  measured_time(r), r["result"].get("time_p10_s"), r["result"].get("time_p90_s"), profile_of(k[2]),
+                  str(r["id"])) for k, rs in groups.items() for r in rs if profile_of(k[2]) is not None]
+    loto: dict[str, Mapping[str, float]] = {}
+    techs = {c.technique for c in cells}
+    if len(techs) >= 2 and any(c.overlaps for c in cells) and not all(c.overlaps for c in cells):
         try:
-            pred, how = predict(cfg["algorithm"], cfg.get("options", {}), profile, env, p)
-        except CommscopeError as exc:
-            pred, how = math.nan, f"not predicted: {exc}"
-        err = pred / measured - 1.0 if math.isfinite(pred) else math.nan
-        opts = {k: v for k, v in cfg.get("options", {}).items() if k not in ("profile", "env")}
-        config = {"technique": cfg["algorithm"], "options": opts, "environment": environment,
-                  "model": cfg["model"], "batch_size": cfg["batch_size"], "world_size": p,
-                  "iteration_record": rec["id"], "environment_name": env.name}
-        result = {"measured_s": measured, "measured_p10_s": rec["result"].get("time_p10_s"),
-                  "measured_p90_s": rec["result"].get("time_p90_s"), "how": how,
-                  "breakdown_s": {k: rec["result"].get(f"{k}_s") for k in
-                                  ("forward", "backward", "exposed_comm", "compression", "update")}}
-        if math.isfinite(pred):
-            result.update(predicted_s=pred, error=err)
-        out.append(results.record("validation", config, result, rec["run"], "commscope validate"))
+            loto = {lo.technique: lo.terms for lo in leave_one_technique_out(cells, base)}
+        except CommscopeError:
+            loto = {}
+    defaults = shipped_defaults(base)
+    shares = comm_shares(its)
+    out = []
+    for (tech, opts_json, model, p), rs in groups.items():
+        opts = json.loads(opts_json)
+        times = [measured_time(r) for r in rs]
+        measured = float(np.median(times))
+        prof = profile_of(model)
+        first = rs[0]
+        result: dict[str, Any] = {
+            "measured_s": measured, "measured_repeats_s": times,
+            "measured_p10_s": first["result"].get("time_p10_s"), "measured_p90_s": first["result"].get("time_p90_s"),
+            # the measurement's own noise: half the range over repetitions, or of the timed iterations of one run
+            "spread": (0.5 * (max(times) - min(times)) / measured) if len(times) > 1 else (
+                0.5 * (first["result"]["time_p90_s"] - first["result"]["time_p10_s"]) / measured
+                if first["result"].get("time_p90_s") is not None and first["result"].get("time_p10_s") is not None
+                else None),
+            "comm_share_bsp": shares.get(model),
+            "breakdown_s": {k: first["result"].get(f"{k}_s") for k in
+                            ("forward", "backward", "exposed_comm", "compression", "update")}}
+        if prof is None:
+            result["how"] = f"not predicted: no profile of model {model!r}"
+        else:
+            for key, e in (("", base), ("_defaults", defaults),
+                           ("_calibrated", with_terms(base, loto[tech]) if tech in loto else None)):
+                if e is None:
+                    continue
+                try:
+                    pred, how = predict(tech, opts, prof, e, p)
+                except CommscopeError as exc:
+                    result.setdefault("how", f"not predicted: {exc}")
+                    continue
+                result[f"predicted{key}_s"] = pred
+                result[f"error{key}"] = pred / measured - 1.0
+                result.setdefault("how", how)
+            if tech in loto:
+                result["calibrated_terms"] = dict(loto[tech])
+        config = {"technique": tech, "options": opts, "environment": environment, "model": model,
+                  "batch_size": first["config"]["batch_size"], "world_size": p,
+                  "iteration_record": first["id"], "iteration_records": [r["id"] for r in rs],
+                  "repeats": len(rs), "environment_name": env.name}
+        out.append(results.record("validation", config, result, first["run"], "commscope validate"))
     return out

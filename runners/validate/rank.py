@@ -16,6 +16,10 @@ One process group does, in order, and appends every record to the plan's ``recor
    iteration waits for;
 4. **train**: each technique of the plan, warm-up then timed iterations (``runners.training.runner.train``).
 
+Steps 3 and 4 run for every workload (model, batch size) of the plan in turn, and step 4 ``repeats`` times
+with the techniques in rotated order, so that the spread over repetitions is measured and any drift of
+the machine falls on every technique alike.
+
 Rank 0 prints ``@@ stage K/N: what`` lines that ``commscope validate`` turns into progress. A technique
 that raises the same error on every rank (bad options) is reported and the rest go on; a failure
 on some ranks only (a dead peer, a timeout) ends the job, naming the stage.
@@ -66,15 +70,11 @@ def run(ctx: Any, plan: dict[str, Any]) -> int:
     import costmodels as cm
     from runners import results
     from runners.measure import fit, sweep
-    from runners.training import profiler
-    from runners.training import runner as rt
-    from runners.training import technique as get_technique
 
-    from .compute import mean_profile, scaled_profile, synchronised_compute
-    from .suite import PERIODIC
-
-    techniques = plan["techniques"]
-    stages = 3 + len(techniques)
+    workloads = plan.get("workloads") or [{"model": plan["model"], "batch_size": plan["batch_size"],
+                                           "profile_path": plan["profile_path"], "techniques": plan["techniques"]}]
+    repeats = int(plan.get("repeats", 1))
+    stages = 2 + sum(1 + repeats * len(w["techniques"]) for w in workloads)
     records = Path(plan["records"])
     threads = int(plan.get("threads", 1))
     ctx.torch.set_num_threads(threads)
@@ -117,59 +117,87 @@ def run(ctx: Any, plan: dict[str, Any]) -> int:
     if errs:
         raise CommscopeError(errs[0])
 
-    _say(ctx, f"{PROGRESS}stage 3/{stages}: profile {plan['model']} (all ranks at once)")
+    stage, failed = 3, []
+    for w in workloads:
+        _say(ctx, f"{PROGRESS}stage {stage}/{stages}: profile {w['model']} (all ranks at once)")
+        stage += 1
+        _profile(ctx, plan, w, threads)
+        for r in range(repeats):
+            order = w["techniques"][r % len(w["techniques"]):] + w["techniques"][:r % len(w["techniques"])]
+            for name, options in order:  # rotated per repetition, so that drift spreads over all techniques
+                _say(ctx, f"{PROGRESS}stage {stage}/{stages}: train {name} on {w['model']}"
+                          + (f" (repetition {r + 1}/{repeats})" if repeats > 1 else ""))
+                stage += 1
+                if not _train(ctx, plan, w, name, options, threads, records):
+                    failed.append(f"{name}:{w['model']}" if len(workloads) > 1 else name)
+    _say(ctx, f"{PROGRESS}done" + (f" ({len(failed)} failed: {', '.join(failed)})" if failed else ""))
+    return 1 if failed else 0
+
+
+def _profile(ctx: Any, plan: dict[str, Any], w: dict[str, Any], threads: int) -> None:
+    """Profile one workload on all ranks at once; rank 0 saves it and appends its profile record."""
+    import costmodels as cm
+    from runners import results
+    from runners.training import profiler
+
+    from .compute import mean_profile, scaled_profile, synchronised_compute
+
     pr = plan["profile"]
-    mine = profiler.profile_model(plan["model"], plan["batch_size"], device=str(ctx.device.type),
+    mine = profiler.profile_model(w["model"], w["batch_size"], device=str(ctx.device.type),
                                   warmup=pr["warmup"], iterations=pr["iterations"], threads=threads,
-                                  seed=plan.get("seed", 0), **plan.get("model_options", {}))
+                                  seed=plan.get("seed", 0))
     gathered: list[Any] = [None] * ctx.world
     ctx.dist.all_gather_object(gathered, mine.to_dict())
-    sync_f, sync_b = synchronised_compute(ctx, plan["model"], plan["batch_size"], pr["iterations"], pr["warmup"],
-                                          plan.get("seed", 0), **plan.get("model_options", {}))
+    sync_f, sync_b = synchronised_compute(ctx, w["model"], w["batch_size"], pr["iterations"], pr["warmup"],
+                                          plan.get("seed", 0))
     if ctx.rank == 0:
         prof = mean_profile([cm.ModelProfile.from_dict(d) for d in gathered], ctx.world, threads)
         prof = scaled_profile(prof, sync_f, sync_b, prof.metadata["how"] + "; then scaled to the median over "
                               "iterations of the slowest rank's forward and backward with all ranks in step "
                               "(barrier before each, no communication)")
-        prof.save(plan["profile_path"])
-        results.append(records, [results.record(
-            "profile", {"model": plan["model"], "batch_size": plan["batch_size"], "device": str(ctx.device.type),
+        prof.save(w["profile_path"])
+        results.append(plan["records"], [results.record(
+            "profile", {"model": w["model"], "batch_size": w["batch_size"], "device": str(ctx.device.type),
                         "threads": threads, "concurrent_ranks": ctx.world},
             prof.to_dict(), ctx.run_info(), "commscope validate")])
-        print(f"# profile: forward {prof.forward_s * 1e3:.2f} ms, backward {prof.backward_s * 1e3:.2f} ms "
-              f"(slowest of {ctx.world} ranks in step; layer shares from all ranks, spread between ranks "
+        print(f"# profile {w['model']}: forward {prof.forward_s * 1e3:.2f} ms, backward {prof.backward_s * 1e3:.2f} "
+              f"ms (slowest of {ctx.world} ranks in step; layer shares from all ranks, spread between ranks "
               f"{prof.metadata['rank_spread']:.1%})", flush=True)
     ctx.dist.barrier()
 
+
+def _train(ctx: Any, plan: dict[str, Any], w: dict[str, Any], name: str, options: dict[str, Any], threads: int,
+           records: Path) -> bool:
+    """Train one technique on one workload on every rank; False (and its error said) when a rank failed."""
+    from runners.training import runner as rt
+    from runners.training import technique as get_technique
+
+    from .suite import PERIODIC
+
     tctx = rt.Context(torch=ctx.torch, dist=ctx.dist, rank=ctx.rank, world=ctx.world, local_world=ctx.local_world,
                       backend=ctx.backend, device=ctx.device, devices=[r["name"] for r in ctx.ranks])
-    failed = []
-    for k, (name, options) in enumerate(techniques, start=4):
-        _say(ctx, f"{PROGRESS}stage {k}/{stages}: train {name}")
-        error = None
-        try:
-            iterations, warmup = plan["iterations"], plan["warmup"]
-            period = int(options.get("H", get_technique(name).options.get("H", 1))) if name in PERIODIC else 1
-            iterations, warmup = -(-iterations // period) * period, -(-warmup // period) * period  # whole periods
-            topts = rt.Options(algorithm=name, model=plan["model"], iterations=iterations,
-                               batch_size=plan["batch_size"], lr=plan.get("lr", 0.05), options=dict(options),
-                               warmup=warmup, threads=threads, seed=plan.get("seed", 0),
-                               backend=ctx.backend, out=records, timeout=plan["timeout"])
-            rt.train(tctx, topts)
-        except CommscopeError as exc:
-            error = str(exc)
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            traceback.print_exc()
-        errors = _agree(ctx, error)
-        bad = [f"rank {r}: {e}" for r, e in enumerate(errors) if e]
-        if bad:
-            failed.append(name)
-            _say(ctx, f"{PROGRESS}failed {name}: {bad[0]}")
-        gc.collect()
-        ctx.dist.barrier()
-    _say(ctx, f"{PROGRESS}done" + (f" ({len(failed)} failed: {', '.join(failed)})" if failed else ""))
-    return 1 if failed else 0
+    error = None
+    try:
+        iterations, warmup = plan["iterations"], plan["warmup"]
+        period = int(options.get("H", get_technique(name).options.get("H", 1))) if name in PERIODIC else 1
+        iterations, warmup = -(-iterations // period) * period, -(-warmup // period) * period  # whole periods
+        topts = rt.Options(algorithm=name, model=w["model"], iterations=iterations,
+                           batch_size=w["batch_size"], lr=plan.get("lr", 0.05), options=dict(options),
+                           warmup=warmup, threads=threads, seed=plan.get("seed", 0),
+                           backend=ctx.backend, out=records, timeout=plan["timeout"])
+        rt.train(tctx, topts)
+    except CommscopeError as exc:
+        error = str(exc)
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        traceback.print_exc()
+    errors = _agree(ctx, error)
+    bad = [f"rank {r}: {e}" for r, e in enumerate(errors) if e]
+    if bad:
+        _say(ctx, f"{PROGRESS}failed {name}: {bad[0]}")
+    gc.collect()
+    ctx.dist.barrier()
+    return not bad
 
 
 def _node(plan_path: str) -> int:

@@ -1,5 +1,11 @@
-"""The validation report: rows of predicted against measured iteration time, the median and max error per
-environment, and the CSV and markdown files ``commscope validate`` writes."""
+"""The validation report: rows of predicted against measured iteration time, three predictions per cell, the
+median and max error per environment, the winner figure, and the CSV and markdown files ``commscope validate``
+writes.
+
+The predictions (:func:`runners.validate.prediction.compare`): (a) ``sweep`` the sweep-fitted environment
+alone, (b) ``calibrated`` leave-one-technique-out, (c) ``defaults`` the shipped default terms. Column
+``error`` is (a), kept under its old name; ``error_calibrated`` and ``error_defaults`` are (b) and (c).
+"""
 
 from __future__ import annotations
 
@@ -11,43 +17,129 @@ from typing import Any
 
 import numpy as np
 
+PREDICTIONS = {"sweep": "", "calibrated": "_calibrated", "defaults": "_defaults"}
+LABELS = {"sweep": "(a) sweep only", "calibrated": "(b) calibrated, technique left out",
+          "defaults": "(c) shipped defaults"}
+#: Techniques left out of the winner figure: they change the algorithm (fewer synchronisations), not only
+#: the schedule, so their iteration time does not compete with the synchronous techniques' for the same progress.
+NOT_IN_CONTEST = frozenset({"local_sgd"})
+
+
+def _num(x: Any) -> float:
+    return float(x) if isinstance(x, (int, float)) and x is not None and math.isfinite(x) else math.nan
+
 
 def table_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per validation record: technique, environment, p, model, predicted and measured ms, error."""
+    """One row per validation record: technique, environment, p, model, the regime (communication share of the
+    bsp iteration), measured ms with its spread, and each prediction in ms with its error."""
     rows = []
     for r in records:
         c, s = r["config"], r["result"]
-        rows.append({"technique": c["technique"], "environment": c["environment"], "p": c["world_size"],
-                     "model": c["model"], "predicted_ms": s.get("predicted_s", math.nan) * 1e3,
-                     "measured_ms": s["measured_s"] * 1e3, "error": s.get("error", math.nan)})
+        row: dict[str, Any] = {"technique": c["technique"], "environment": c["environment"], "p": c["world_size"],
+                               "model": c["model"], "comm_share_bsp": _num(s.get("comm_share_bsp")),
+                               "repeats": int(c.get("repeats", 1)), "measured_ms": s["measured_s"] * 1e3,
+                               "spread": _num(s.get("spread"))}
+        for key, suffix in PREDICTIONS.items():
+            name = "predicted_ms" if key == "sweep" else f"predicted_{key}_ms"
+            row[name] = _num(s.get(f"predicted{suffix}_s")) * 1e3
+            row[f"error{suffix}"] = _num(s.get(f"error{suffix}"))
+        rows.append(row)
     return rows
 
 
-def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Median and max |error| overall and per environment (NaN errors left out and counted)."""
-    def stats(rs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        e = np.array([abs(r["error"]) for r in rs if math.isfinite(r["error"])])
-        return {"n": int(e.size), "median_abs_error": float(np.median(e)) if e.size else math.nan,
-                "max_abs_error": float(e.max()) if e.size else math.nan,
-                "unpredicted": sum(1 for r in rs if not math.isfinite(r["error"]))}
+def _error_stats(rs: Sequence[Mapping[str, Any]], column: str) -> dict[str, Any]:
+    e = np.array([abs(r[column]) for r in rs if math.isfinite(r[column])])
+    spread = np.array([r["spread"] for r in rs if math.isfinite(r[column])])
+    within = int(np.sum(e <= np.nan_to_num(spread, nan=0.0))) if e.size else 0
+    return {"n": int(e.size), "median_abs_error": float(np.median(e)) if e.size else math.nan,
+            "max_abs_error": float(e.max()) if e.size else math.nan,
+            "within_spread": within, "unpredicted": sum(1 for r in rs if not math.isfinite(r[column]))}
 
-    envs = sorted({r["environment"] for r in rows}, key=lambda x: [r["environment"] for r in rows].index(x))
-    return {"all": stats(rows), **{env: stats([r for r in rows if r["environment"] == env]) for env in envs}}
+
+def summary(rows: Sequence[Mapping[str, Any]], prediction: str = "sweep") -> dict[str, Any]:
+    """Median and max |error| of one prediction overall and per environment (NaN errors left out and counted),
+    and how many errors are within the measurement's own spread."""
+    column = "error" + PREDICTIONS[prediction]
+    envs = list(dict.fromkeys(r["environment"] for r in rows))
+    return {"all": _error_stats(rows, column), **{e: _error_stats([r for r in rows if r["environment"] == e], column)
+                                                   for e in envs}}
+
+
+def winners(rows: Sequence[Mapping[str, Any]], prediction: str = "sweep") -> dict[str, Any]:
+    """Per (environment, model): the measured fastest technique and the predicted one; right when they are the same,
+    or when the predicted one's measured time is within the measured spread of the fastest (both spreads)."""
+    column = "predicted_ms" if prediction == "sweep" else f"predicted_{prediction}_ms"
+    cells: dict[str, Any] = {}
+    for env in dict.fromkeys(r["environment"] for r in rows):
+        for model in dict.fromkeys(r["model"] for r in rows if r["environment"] == env):
+            rs = [r for r in rows if r["environment"] == env and r["model"] == model
+                  and r["technique"] not in NOT_IN_CONTEST and math.isfinite(r[column])]
+            if len(rs) < 2:
+                continue
+            best = min(rs, key=lambda r: r["measured_ms"])
+            pick = min(rs, key=lambda r: r[column])
+            slack = sum(x["measured_ms"] * (x["spread"] if math.isfinite(x["spread"]) else 0.0) for x in (best, pick))
+            right = pick is best or pick["measured_ms"] - best["measured_ms"] <= slack
+            cells[f"{env}/{model}"] = {"measured": best["technique"], "predicted": pick["technique"], "right": right,
+                                       "exact": pick is best}
+    n = len(cells)
+    return {"cells": cells, "n": n, "right": sum(c["right"] for c in cells.values()),
+            "fraction": sum(c["right"] for c in cells.values()) / n if n else math.nan}
+
+
+def regimes(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """The communication share of the bsp iteration per (environment, model): the regime each cell lives in."""
+    out = {}
+    for r in rows:
+        if math.isfinite(r["comm_share_bsp"]):
+            out[f"{r['environment']}/{r['model']}"] = r["comm_share_bsp"]
+    return out
+
+
+def regime_name(share: float) -> str:
+    """communication-bound (>= 60%), mixed (25-60%), compute-bound (<= 20%), or between (20-25%)."""
+    if not math.isfinite(share):
+        return "unknown"
+    return ("communication-bound" if share >= 0.6 else "mixed" if share >= 0.25 else
+            "compute-bound" if share <= 0.2 else "between")
+
+
+def _pct(x: float) -> str:
+    return f"{x:+.1%}" if math.isfinite(x) else "n/a"
 
 
 def markdown(rows: Sequence[Mapping[str, Any]], command: str, notes: Sequence[str] = ()) -> str:
-    """The report as markdown: the command, its notes, the rows, then the median and max error per environment."""
+    """The report as markdown: the command, its notes, the regimes, the rows, then per prediction the median and max
+    error per environment and the winner figure."""
     lines = ["# commscope validate: predicted vs measured iteration time", "", f"Command: `{command}`", ""]
     lines += [f"- {n}" for n in notes]
-    lines += ["", "| technique | environment | p | model | predicted (ms) | measured (ms) | error |",
-              "|---|---|---|---|---|---|---|"]
+    reg = regimes(rows)
+    if reg:
+        lines += ["", "| environment / model | communication share of bsp | regime |", "|---|---|---|"]
+        lines += [f"| {k} | {v:.0%} | {regime_name(v)} |" for k, v in reg.items()]
+    lines += ["", "| technique | environment | p | model | measured (ms) | spread | (a) sweep | (b) calibrated | "
+              "(c) defaults |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        err = f"{r['error']:+.1%}" if math.isfinite(r["error"]) else "n/a"
-        lines.append(f"| {r['technique']} | {r['environment']} | {r['p']} | {r['model']} | {r['predicted_ms']:.2f} | "
-                     f"{r['measured_ms']:.2f} | {err} |")
-    lines += ["", "| environment | techniques | median abs. error | max abs. error |", "|---|---|---|---|"]
-    for env, s in summary(rows).items():
-        lines.append(f"| {env} | {s['n']} | {s['median_abs_error']:.1%} | {s['max_abs_error']:.1%} |")
+        spread = f"±{r['spread']:.1%}" if math.isfinite(r["spread"]) else "-"
+        cells = [f"{r[p]:.2f} ({_pct(r[e])})" if math.isfinite(r[p]) else "n/a" for p, e in
+                 (("predicted_ms", "error"), ("predicted_calibrated_ms", "error_calibrated"),
+                  ("predicted_defaults_ms", "error_defaults"))]
+        lines.append(f"| {r['technique']} | {r['environment']} | {r['p']} | {r['model']} | {r['measured_ms']:.2f} | "
+                     f"{spread} | " + " | ".join(cells) + " |")
+    for key, label in LABELS.items():
+        lines += ["", f"**{label}**", "", "| environment | cells | median abs. error | max abs. error | within spread |",
+                  "|---|---|---|---|---|"]
+        for env, s in summary(rows, key).items():
+            if s["n"]:
+                lines.append(f"| {env} | {s['n']} | {s['median_abs_error']:.1%} | {s['max_abs_error']:.1%} | "
+                             f"{s['within_spread']} |")
+        w = winners(rows, key)
+        if w["n"]:
+            lines.append("")
+            lines.append(f"Fastest technique predicted right (or within the measured spread) in {w['right']} of "
+                         f"{w['n']} (environment, model) cells: " + "; ".join(
+                             f"{k}: measured {c['measured']}, predicted {c['predicted']}"
+                             + ("" if c["right"] else " (wrong)") for k, c in w["cells"].items()))
     return "\n".join(lines) + "\n"
 
 

@@ -3,9 +3,10 @@ one environment's torchrun job follows (:mod:`runners.validate.rank`), with the 
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,13 @@ class Suite:
     sweep_iters: tuple[int, int] = (2, 10)  # warm-up, timed
     latency_iters: int = 100  # timed iterations of sizes below LATENCY_BYTES: their latency is bimodal on shared cores
     profile_iters: tuple[int, int] = (3, 10)
-    model_options: Mapping[str, Any] = field(default_factory=dict)
+    extra_models: tuple[tuple[str, int], ...] = ()  # more (model, batch size) workloads after the first
+    repeats: int = 1  # times each technique is trained, in rotated order (the spread over repetitions)
+
+    @property
+    def workloads(self) -> tuple[tuple[str, int], ...]:
+        """Every (model, batch size) the suite trains, the first one first."""
+        return ((self.model, self.batch_size), *self.extra_models)
 
 
 EXACT = ("bsp", "wfbp", "fusion", "mgwfbp", "bytescheduler", "dear", "zero", "fsdp")
@@ -53,27 +60,38 @@ def env_label(rate: str | None) -> str:
     return "host" if rate is None else rate
 
 
+def profile_file(envdir: Path, index: int, model: str) -> Path:
+    """Where a workload's measured profile goes: ``profile.json`` for the first, ``profile-<model>.json`` after."""
+    return envdir / ("profile.json" if index == 0 else f"profile-{re.sub(r'[^A-Za-z0-9_.-]', '_', model)}.json")
+
+
 def make_plan(suite: Suite, envdir: Path, ranks: int, ranks_per_node: int, threads: int, timeout: float,
               seed: int = 0, backend: str = "auto") -> dict[str, Any]:
     """The JSON plan one environment's torchrun job follows (paths inside ``envdir``)."""
     envdir = envdir.resolve()
-    techniques = []
-    for name, options in suite.techniques:
-        opts = dict(options)
-        if name == "mgwfbp":  # buckets from the merge rule on this run's profile and fitted environment
-            opts.update(profile=str(envdir / "profile.json"), env=str(envdir / "environment.json"))
-        techniques.append([name, opts])
-    return {"suite": suite.name, "model": suite.model, "model_options": dict(suite.model_options),
-            "batch_size": suite.batch_size, "threads": threads, "seed": seed, "lr": 0.05, "timeout": timeout,
+    workloads = []
+    for i, (model, batch) in enumerate(suite.workloads):
+        prof = profile_file(envdir, i, model)
+        techniques = []
+        for name, options in suite.techniques:
+            opts = dict(options)
+            if name == "mgwfbp":  # buckets from the merge rule on this run's profile and fitted environment
+                opts.update(profile=str(prof), env=str(envdir / "environment.json"))
+            techniques.append([name, opts])
+        workloads.append({"model": model, "batch_size": batch, "profile_path": str(prof), "techniques": techniques})
+    first = workloads[0]
+    return {"suite": suite.name, "model": first["model"], "batch_size": first["batch_size"],
+            "workloads": workloads, "repeats": suite.repeats,
+            "threads": threads, "seed": seed, "lr": 0.05, "timeout": timeout,
             "sweep": {"ops": list(suite.sweep_ops), "min_size": suite.sweep_sizes[0],
                       "max_size": suite.sweep_sizes[1], "factor": suite.sweep_sizes[2],
                       "warmup": suite.sweep_iters[0], "iters": suite.sweep_iters[1],
                       "latency_iters": suite.latency_iters, "latency_bytes": LATENCY_BYTES},
             "profile": {"warmup": suite.profile_iters[0], "iterations": suite.profile_iters[1]},
-            "techniques": techniques, "iterations": suite.iterations, "warmup": suite.warmup,
+            "techniques": first["techniques"], "iterations": suite.iterations, "warmup": suite.warmup,
             "records": str(envdir / "records.jsonl"), "environment": str(envdir / "environment.json"),
             "environment_name": f"fitted:{envdir.name}",
-            "profile_path": str(envdir / "profile.json"),
+            "profile_path": first["profile_path"],
             # reduce_scatter is left to auto: gloo's is an allreduce of the whole buffer
             "fit_algorithm": "ring_allreduce,ring_allgather",
             # iterations send many messages back to back: their cost is the mean message time, not the median

@@ -207,6 +207,12 @@ for _entry in (
                lambda vocab, seq, dim, depth, heads, mlp_ratio: GPTSmall(vocab, seq, dim, depth, heads, mlp_ratio),
                _token_batch, classification_loss,
                {"vocab": 256, "seq": 64, "dim": 128, "depth": 2, "heads": 4, "mlp_ratio": 4}, dataset="markov_text"),
+    ModelEntry("gpt_wide", "GPT-style decoder with a large vocabulary: gpt_small's layers with an 8192-token embedding "
+               "and LM head of width 256 (4.2M of its 5.8M parameters), the communication-heavy transformer of the "
+               "validation suites",
+               lambda vocab, seq, dim, depth, heads, mlp_ratio: GPTSmall(vocab, seq, dim, depth, heads, mlp_ratio),
+               _token_batch, classification_loss,
+               {"vocab": 8192, "seq": 32, "dim": 256, "depth": 2, "heads": 4, "mlp_ratio": 4}, dataset="markov_text"),
     ModelEntry("resnet50", "torchvision ResNet-50 (v1.5), random weights", _torchvision("resnet50"), _image_batch,
                classification_loss, {"classes": 1000, "image_size": 224}, requires=("torchvision",)),
     ModelEntry("vgg16", "torchvision VGG-16 (no batch norm), random weights", _torchvision("vgg16"), _image_batch,
