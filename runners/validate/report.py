@@ -127,7 +127,8 @@ def markdown(rows: Sequence[Mapping[str, Any]], command: str, notes: Sequence[st
         lines.append(f"| {r['technique']} | {r['environment']} | {r['p']} | {r['model']} | {r['measured_ms']:.2f} | "
                      f"{spread} | " + " | ".join(cells) + " |")
     for key, label in LABELS.items():
-        lines += ["", f"**{label}**", "", "| environment | cells | median abs. error | max abs. error | within spread |",
+        lines += ["", f"**{label}**", "",
+                  "| environment | cells | median abs. error | max abs. error | within spread |",
                   "|---|---|---|---|---|"]
         for env, s in summary(rows, key).items():
             if s["n"]:
