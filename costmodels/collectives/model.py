@@ -101,6 +101,28 @@ class Domain:
         return "any p" if self.min_p <= 1 else f"p >= {self.min_p}"
 
 
+@dataclass(frozen=True)
+class Evaluator:
+    """A collective's time with p, the environment(s) and parameters fixed (:meth:`Collective.evaluator`):
+    ``evaluator(n)`` broadcasts n against ``shape``, the shape of everything else. An affine model keeps its
+    intercept and slope over that shape (``intercept + slope * n``, the intercept NaN outside the domain),
+    any other its compiled formula, the arguments after n, and where p is outside the domain (``invalid``)."""
+
+    shape: tuple[int, ...]
+    compiled: CompiledExpr
+    args: list[Any]
+    invalid: np.ndarray | None = None
+    intercept: np.ndarray | None = None
+    slope: np.ndarray | None = None
+
+    def __call__(self, n_: Any) -> np.ndarray:
+        sizes = np.asarray(n_, dtype=np.float64)
+        if self.intercept is not None:
+            return self.intercept + self.slope * sizes
+        t = np.asarray(self.compiled(sizes, self.args), dtype=np.float64)
+        return t if self.invalid is None else np.where(self.invalid, np.nan, t)
+
+
 @dataclass(frozen=True, eq=False)
 class Collective:
     """One collective algorithm (or lower bound) and its cost model.
@@ -262,13 +284,14 @@ class Collective:
         return as_scalar_or_array(np.asarray(t, dtype=np.float64) if np.ndim(t) == 0 else t)
 
     def evaluator(self, p: Any, env: Environment | EnvironmentArray, *, out_of_domain: str = "raise",
-                  **params: Any) -> Callable[[Any], np.ndarray]:
+                  **params: Any) -> Evaluator:
         """``time`` with p, the environment(s) and parameters fixed: a fast function of n alone.
 
         Everything that does not depend on n (validation, the environment's arrays, and for
         models affine in n the intercept A and slope B) is computed once, so each call is
         ``A + B n`` (NaN outside the domain with ``out_of_domain="nan"``). Shapes broadcast as in
         :meth:`time`; used by schedule sweeps, which price thousands of messages per configuration.
+        The :class:`Evaluator` keeps those parts, so that a caller can price a large grid block by block.
         """
         _, pr, args, invalid, _ = self._prepare(0.0, p, env, params, out_of_domain)
         compiled = self._compile("time", self.expr)
@@ -277,13 +300,8 @@ class Collective:
             a, b = (np.broadcast_to(np.asarray(v, dtype=np.float64), shape) for v in compiled.coefficients(args))
             if invalid is not None and np.any(invalid):
                 a = np.where(invalid, np.nan, a)
-            return lambda n: a + b * np.asarray(n, dtype=np.float64)
-
-        def evaluate(n: Any) -> np.ndarray:
-            t = np.asarray(compiled(np.asarray(n, dtype=np.float64), args), dtype=np.float64)
-            return t if invalid is None or not np.any(invalid) else np.where(invalid, np.nan, t)
-
-        return evaluate
+            return Evaluator(shape, compiled, args, None, a, b)
+        return Evaluator(shape, compiled, args, invalid if invalid is not None and np.any(invalid) else None)
 
     def sensitivity(self, n: Any, p: Any, env: Environment, *, relative: bool = False,
                     **params: Any) -> dict[str, Any]:

@@ -7,12 +7,16 @@ per message size by its own rule; :func:`choose` returns that pick, vectorized o
 
 Libraries that only choose among registered collective algorithms (``ideal``, ``gloo``, ``mpich``) price
 them with those algorithms' formulas; ``nccl`` has a model of its own (:mod:`.nccl`).
+
+A large grid is priced in blocks of rows (:class:`Rows`, about :data:`BLOCK` points each), so that the few
+buffers a block needs stay in the CPU's cache while every option is priced and compared on it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from math import prod
 from typing import Any
 
 import numpy as np
@@ -25,19 +29,41 @@ from ..errors import CommscopeError, UnknownNameError
 from ..registry import Registry
 
 Prices = Callable[..., tuple[np.ndarray, np.ndarray]]
+BLOCK = 1 << 15  # points priced at a time (a block's buffers of 256 KiB stay in the cache)
+
+
+class Rows:
+    """Rows ``start:stop`` of the leading axis of a result with ``ndim`` dimensions: ``rows(x)`` is the part of
+    ``x`` (anything that broadcasts to the result) on those rows; x itself where it broadcasts along that
+    axis (fewer dimensions, or one row). A pricer makes new ones for each block it prices, so options may
+    keep what they derive from the sizes of a block under its identity."""
+
+    __slots__ = ("ndim", "start", "stop")
+
+    def __init__(self, start: int, stop: int, ndim: int) -> None:
+        self.start, self.stop, self.ndim = start, stop, ndim
+
+    def __call__(self, x: Any) -> Any:
+        if getattr(x, "ndim", 0) == self.ndim and x.shape[0] != 1:
+            return x[self.start:self.stop]
+        return x
 
 
 @dataclass(frozen=True)
 class Option:
-    """One way a library may run a message: ``prices(n, out=None)`` gives (what it costs, what the library
-    believes it costs); the library selects by the second, its own model (the same values where it has
-    none). Both are NaN where the option does not apply. With ``out`` (two arrays of the result's shape)
-    it writes into them, so that a pricer reuses two buffers for all its options."""
+    """One way a library may run a message: ``prices(n, out=None, rows=None)`` gives (what it costs, what the
+    library believes it costs); the library selects by the second, its own model (the same values where it
+    has none). Both are NaN where the option does not apply. With ``out`` (two arrays of the result's shape)
+    it writes into them and returns them (``out[0]`` twice where the estimate is the price), so that a pricer
+    reuses two buffers for all its options. ``shape`` is the broadcast shape of what the option holds besides
+    n (p, the environment); with ``rows`` (:class:`Rows` of the result) it prices those rows alone, n being
+    their part of the sizes. None: an option that prices whole grids only."""
 
     algorithm: str
     protocol: str
     channels: Any
     prices: Prices
+    shape: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -96,16 +122,23 @@ def registered_option(algorithm: str, p: Any, env: Environment | EnvironmentArra
     c = get_collective(algorithm)
     mine = {k: v for k, v in params.items() if k in {q.name for q in c.params}}
     evaluate = c.evaluator(p, env, out_of_domain="nan", **mine)
+    a, b = evaluate.intercept, evaluate.slope
 
-    def prices(n: np.ndarray, out: Any = None) -> tuple[np.ndarray, np.ndarray]:
-        t = evaluate(n)
+    def prices(n: np.ndarray, out: Any = None, rows: Rows | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if a is not None and out is not None:  # affine: slope * n + intercept in the buffer, as the evaluator
+            t = np.multiply(b if rows is None else rows(b), n, out=out[0])
+            t += a if rows is None else rows(a)
+            return t, t
+        part = evaluate if rows is None else replace(
+            evaluate, args=[rows(x) for x in evaluate.args], invalid=rows(evaluate.invalid),
+            intercept=rows(a), slope=rows(b))
+        t = part(n)
         if out is None:
             return t, t
         np.copyto(out[0], t)
-        np.copyto(out[1], t)
-        return out
+        return out[0], out[0]
 
-    return Option(algorithm, "-", 1, prices)
+    return Option(algorithm, "-", 1, prices, evaluate.shape)
 
 
 def resolve(primitive: str, env: Environment | EnvironmentArray) -> Library:
@@ -132,35 +165,58 @@ class Pricer:
     def pick(self, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(index of the chosen option, its time) at each size, broadcast against p and the environment.
 
-        The lowest estimate wins (a running minimum over the options: no stacked arrays), or the library's
-        rule decides; NaN options never win."""
+        The lowest estimate wins (a running minimum over the options, the first of equal ones), or the
+        library's rule decides; NaN options never win. A grid of more than :data:`BLOCK` points is priced
+        in blocks of rows, every option on one block before the next."""
         sizes = np.asarray(sizes, dtype=np.float64)
-        first_t, first_e = self.options[0].prices(sizes)
-        if len(self.options) == 1:
-            t = first_t
-            index = np.zeros(np.shape(t), dtype=np.intp)
-        elif self.library.select is None:
-            t, best = np.broadcast_arrays(first_t, np.where(np.isnan(first_e), np.inf, first_e))
-            t, best, index = t.copy(), best.copy(), np.zeros(best.shape, dtype=np.intp)
-            buffers = (np.empty(t.shape), np.empty(t.shape))
-            better = np.empty(t.shape, dtype=bool)
-            for k, o in enumerate(self.options[1:], start=1):
-                tk, ek = o.prices(sizes, buffers)
-                np.less(ek, best, out=better)
-                np.copyto(best, ek, where=better)
-                np.copyto(t, tk, where=better)
-                np.copyto(index, k, where=better)
+        shapes = [o.shape for o in self.options]
+        blocks = all(s is not None for s in shapes)
+        if not blocks:  # an option that prices whole grids only: one block, as large as its price
+            shapes = [np.shape(self.options[0].prices(sizes)[0])]
+        shape = np.broadcast_shapes(sizes.shape, np.shape(self.p), *shapes)
+        t, index = np.empty(shape), np.empty(shape, dtype=np.intp)
+        step = max(1, BLOCK // max(1, prod(shape[1:])) if blocks else shape[0]) if shape else 1
+        work = np.empty((3, min(step, shape[0]), *shape[1:]) if shape else (3,))  # two options' prices, the best
+        flags = np.empty(work.shape[1:], dtype=bool)
+        if not shape:  # one point
+            self._block(sizes, None, t, index, work, flags)
+        for start in range(0, shape[0] if shape else 0, step):
+            rows = Rows(start, min(start + step, shape[0]), len(shape))
+            size = rows.stop - start
+            self._block(rows(sizes) if blocks else sizes, rows if blocks else None, rows(t), rows(index),
+                        work[:, :size], flags[:size])
+        return index, t
+
+    def _block(self, n: np.ndarray, rows: Rows | None, t: np.ndarray, index: np.ndarray, work: np.ndarray,
+               flags: np.ndarray) -> None:
+        """Choose and price the rows ``rows`` of the result (sizes ``n``) into their parts ``t`` and ``index``,
+        with three buffers of their shape (``work``) and one of flags."""
+        buffers, best = (work[0, ...], work[1, ...]), work[2, ...]
+        if self.library.select is not None:
+            p = self.p if rows is None else rows(self.p)
+            np.copyto(index, self.library.select(self.primitive, n, p, t.shape))
+            t.fill(np.nan)
+            for k, o in enumerate(self.options):
+                np.equal(index, k, out=flags)
+                if flags.any():
+                    np.copyto(t, o.prices(n, buffers, rows)[0], where=flags)
         else:
-            shape = np.broadcast_shapes(np.shape(first_t), np.shape(sizes), np.shape(self.p))
-            index = np.broadcast_to(self.library.select(self.primitive, sizes, self.p, shape), shape)
-            t = np.where(index == 0, first_t, np.nan)
+            first_t, first_e = self.options[0].prices(n, (t, best), rows)
+            if first_t is not t:
+                np.copyto(t, first_t)
+            if first_e is not best:
+                np.copyto(best, first_e)
+            np.copyto(best, np.inf, where=np.isnan(best, out=flags))
+            index.fill(0)
             for k, o in enumerate(self.options[1:], start=1):
-                if (index == k).any():
-                    t = np.where(index == k, o.prices(sizes)[0], t)
-        if np.isnan(t).any():
+                tk, ek = o.prices(n, buffers, rows)
+                np.less(ek, best, out=flags)
+                np.copyto(best, ek, where=flags)
+                np.copyto(t, tk, where=flags)
+                np.copyto(index, k, where=flags)
+        if np.isnan(t, out=flags).any():
             raise CommscopeError(f"library {self.library.name} has no algorithm of {self.primitive} defined at "
                                  "some of these p")
-        return index, t
 
     def __call__(self, sizes: Any) -> np.ndarray:
         return self.pick(np.asarray(sizes, dtype=np.float64))[1]

@@ -45,7 +45,7 @@ from ..environment import Environment
 from ..environment_array import EnvironmentArray
 from ..errors import CommscopeError
 from . import nccl_constants as tables
-from .core import Library, Option, register
+from .core import Library, Option, Rows, register
 
 PRIMITIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce", "all_to_all")
 REDUCING = ("allreduce", "reduce_scatter", "reduce")
@@ -128,17 +128,21 @@ _INVERSE_CORRECTION = [1.0 / np.asarray((*row, 1.0)) for row in tables.TREE_CORR
 
 
 class _TreeCorrection:
-    """1 / treeCorrectionFactor at log2(n / 64), 1 beyond the table (tuning.cc 412-420); the table index of the
-    last sizes is kept, as the three tree options of one pricer are priced on the same sizes in turn."""
+    """1 / treeCorrectionFactor at log2(n / 64), 1 beyond the table (tuning.cc 412-420); the table index of a
+    pricer's block of sizes (``rows``) is kept, as the three tree options of one pricer are priced on the same
+    block in turn."""
 
     def __init__(self) -> None:
-        self._sizes: Any = None
+        self._rows: Rows | None = None
         self._index: Any = None
 
-    def __call__(self, protocol: int, n: np.ndarray) -> np.ndarray:
-        if self._sizes is not n:
+    def __call__(self, protocol: int, n: np.ndarray, rows: Rows | None = None) -> np.ndarray:
+        if rows is None or self._rows is not rows:
             index = np.log2(np.maximum(n, 64.0) / 64.0).astype(np.intp)  # floor: the argument is >= 1
-            self._sizes, self._index = n, np.minimum(index, len(_INVERSE_CORRECTION[0]) - 1)
+            index = np.minimum(index, len(_INVERSE_CORRECTION[0]) - 1)
+            if rows is None:
+                return _INVERSE_CORRECTION[protocol][index]
+            self._rows, self._index = rows, index
         return _INVERSE_CORRECTION[protocol][self._index]
 
 
@@ -147,7 +151,9 @@ def _option(name: str, protocol: int, lv: Levels, lat_model: Any, lat_real: Any,
     """An (algorithm, protocol) of NCCL: commscope's price and NCCL's estimate, both in seconds.
 
     Transfer and in-kernel reduction are both linear in n, so the slower of the two is n times the larger
-    slope (per size for the tree, whose bandwidth NCCL corrects by size)."""
+    slope (per size for the tree, whose bandwidth NCCL corrects by size). Without buffers the prices are
+    the formulas as written; into buffers (a pricer's blocks) the same operations run in place, with the
+    ring/Simple plateau's scaled latencies computed once per p."""
     inv_bw = np.where(alg_bw > 0, 1e-9 / np.where(alg_bw > 0, alg_bw, 1.0), np.nan)  # s per byte
     reduced = (lv.p - 1) / lv.p * lv.gamma if primitive in REDUCING else 0.0
     slope = np.maximum(inv_bw, reduced)
@@ -155,33 +161,45 @@ def _option(name: str, protocol: int, lv: Levels, lat_model: Any, lat_real: Any,
     plateau_factor = tables.RING_PLATEAU_LATENCY_FACTOR[1 if lv.cc >= 80 else 0]
     plateau_from = tables.RING_PLATEAU_MIN_BYTES * lv.channels * lv.p
     multi = lv.nodes > 1
+    if plateau:  # x 1.0 leaves a latency as it is: the plateau picks between the two latencies
+        scaled = (np.where(multi, plateau_from, np.nan), lat_real_s * plateau_factor, lat_model_s * plateau_factor)
+    arrays = (inv_bw, reduced, slope, lat_model_s, lat_real_s, *(scaled if plateau else ()))
+    shape = np.broadcast_shapes(*(np.shape(x) for x in arrays))
 
-    def ring_prices(n: np.ndarray, out: Any = None) -> tuple[np.ndarray, np.ndarray]:
-        if plateau:  # ring/Simple allreduce across nodes: latency x 1.4 (1.9 before Ampere) past 64 B a channel
-            scale = np.where(multi & (n >= plateau_from), plateau_factor, 1.0)
-            t, e = lat_real_s * scale + n * slope, lat_model_s * scale + n * inv_bw
-            if out is None:
-                return t, e
-            np.copyto(out[0], t)
-            np.copyto(out[1], e)
-            return out
-        t, e = (np.multiply(n, slope), np.multiply(n, inv_bw)) if out is None else (
-            np.multiply(n, slope, out=out[0]), np.multiply(n, inv_bw, out=out[1]))
-        t += lat_real_s
-        e += lat_model_s
+    def ring_prices(n: np.ndarray, out: Any = None, rows: Rows | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if out is None and rows is not None:  # a block without buffers: the same operations into new ones
+            block = np.broadcast_shapes(np.shape(n), *(np.shape(rows(x)) for x in arrays))
+            return ring_prices(n, (np.empty(block), np.empty(block)), rows)
+        if out is None:
+            if plateau:  # ring/Simple allreduce across nodes: latency x 1.4 (1.9 before Ampere) past 64 B a channel
+                scale = np.where(multi & (n >= plateau_from), plateau_factor, 1.0)
+                return lat_real_s * scale + n * slope, lat_model_s * scale + n * inv_bw
+            return lat_real_s + n * slope, lat_model_s + n * inv_bw
+        part = (lambda x: x) if rows is None else rows
+        t = np.multiply(n, part(slope), out=out[0])
+        e = np.multiply(n, part(inv_bw), out=out[1])
+        if plateau:
+            past = np.greater_equal(n, part(scaled[0]))
+            t += np.where(past, part(scaled[1]), part(lat_real_s))
+            e += np.where(past, part(scaled[2]), part(lat_model_s))
+        else:
+            t += part(lat_real_s)
+            e += part(lat_model_s)
         return t, e
 
-    def tree_prices(n: np.ndarray, out: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    def tree_prices(n: np.ndarray, out: Any = None, rows: Rows | None = None) -> tuple[np.ndarray, np.ndarray]:
         assert correction is not None
-        per_byte = np.multiply(inv_bw, correction(protocol, n), out=None if out is None else out[1])
-        t = np.maximum(per_byte, reduced, out=None if out is None else out[0])
+        part = (lambda x: x) if rows is None else rows
+        per_byte = np.multiply(part(inv_bw), correction(protocol, n, rows), out=None if out is None else out[1])
+        t = np.maximum(per_byte, part(reduced), out=None if out is None else out[0])
         t *= n
-        t += lat_real_s
+        t += part(lat_real_s)
         per_byte *= n
-        per_byte += lat_model_s
+        per_byte += part(lat_model_s)
         return t, per_byte
 
-    return Option(name, tables.PROTOCOLS[protocol], lv.channels, tree_prices if name == "tree" else ring_prices)
+    return Option(name, tables.PROTOCOLS[protocol], lv.channels, tree_prices if name == "tree" else ring_prices,
+                  shape)
 
 
 def _ring(primitive: str, lv: Levels) -> list[Option]:

@@ -1,6 +1,6 @@
 """``commscope validate``: the scripted predicted-vs-measured suite (see :mod:`runners.validate`).
 
-    commscope validate --suite quick|full --ranks N --out DIR [--emulate 100mbit,1gbit,2500mbit]
+    commscope validate --suite quick|full --ranks N --out DIR [--emulate 100mbit,1gbit,2500mbit,1gbit:2]
                        [--ranks-per-node K] [--threads 1] [--timeout 300] [--backend auto|gloo|nccl|gloo-cuda]
 
 Exits 0 when every environment's job and every technique ran; otherwise 1, naming each failure.
@@ -23,6 +23,7 @@ def validate_command(
     ranks: Annotated[int, typer.Option("--ranks", help="ranks (processes) of every run")] = 4,
     emulate: Annotated[str | None, typer.Option(
         "--emulate", help="comma-separated link rates of emulated clusters (needs root), e.g. 100mbit,1gbit; "
+        "RATE:K puts K ranks on each node (loopback inside, the shaped link between nodes), e.g. 1gbit:2; "
         "default: the host as it is")] = None,
     ranks_per_node: Annotated[int | None, typer.Option(
         "--ranks-per-node", help="ranks per emulated node (default 1: every rank behind its own link)")] = None,

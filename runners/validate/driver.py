@@ -47,14 +47,38 @@ def run_job(cmd: Sequence[str], log: Path, on_stage: Callable[[int, int, str], N
     return code, failed, errors or tail
 
 
+def environments(emulate: Sequence[str], ranks: int, ranks_per_node: int | None) -> list[tuple[str | None, int]]:
+    """(rate, ranks per node) of every environment: ``RATE`` (``--ranks-per-node``, default 1) or ``RATE:K`` (K ranks
+    per emulated node: loopback inside a node, the shaped link between nodes); the host alone without --emulate."""
+    from runners.measure.emulate import parse_rate
+
+    if not emulate:
+        return [(None, ranks)]
+    out: list[tuple[str | None, int]] = []
+    for item in emulate:
+        rate, _, k = item.partition(":")
+        parse_rate(rate)  # a bad rate fails before anything runs
+        rpn = ranks_per_node or 1
+        if k:
+            try:
+                rpn = int(k)
+            except ValueError:
+                rpn = 0
+            if rpn < 1:
+                raise ValidationError(f"--emulate {item!r}: ranks per node after ':' must be an integer >= 1, "
+                                      f"e.g. 1gbit:2")
+        if ranks % rpn:
+            raise ValidationError(f"--ranks {ranks} is not a multiple of {rpn} ranks per node (--emulate {item!r})")
+        out.append((rate, rpn))
+    return out
+
+
 def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulate: Sequence[str] = (),
              threads: int = 1, timeout: float = 300.0, ranks_per_node: int | None = None,
              command: str = "", progress: Any = None, backend: str = "auto"
              ) -> tuple[list[dict[str, Any]], list[str]]:
     """Run the suite on every environment; returns (validation records, failures). See the module docstring."""
     import costmodels as cm
-    from runners.measure.emulate import parse_rate
-
     if isinstance(suite, Suite):
         s = suite
     elif suite in SUITES:
@@ -63,17 +87,7 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
         raise ValidationError(f"unknown suite {suite!r}; choose one of: {', '.join(SUITES)}")
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
         raise ValidationError(f"--ranks must be an integer >= 2, got {ranks!r}")
-    rates: list[str | None] = [None]
-    if emulate:
-        rates = []
-        for r in emulate:
-            parse_rate(r)  # a bad rate fails before anything runs
-            rates.append(r)
-        rpn = ranks_per_node or 1
-        if ranks % rpn:
-            raise ValidationError(f"--ranks {ranks} is not a multiple of --ranks-per-node {rpn}")
-    else:
-        rpn = ranks
+    envs = environments(emulate, ranks, ranks_per_node)
     from runners.torchrun.rank import BACKENDS
 
     if backend not in BACKENDS:
@@ -85,7 +99,8 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
     all_records: list[dict[str, Any]] = []
     failures: list[str] = []
     models = ", ".join(f"{m} (batch {b} per rank)" for m, b in s.workloads)
-    notes = [f"suite {s.name}: {models}; {ranks} ranks ({rpn} per node), {threads} thread(s) per rank, "
+    layout = ", ".join(f"{env_label(r, k, ranks)}: {k} per node" for r, k in envs)
+    notes = [f"suite {s.name}: {models}; {ranks} ranks ({layout}), {threads} thread(s) per rank, "
              f"{s.iterations} timed iterations after {s.warmup}"
              + (f", every technique {s.repeats} times in rotated order" if s.repeats > 1 else ""),
              "predictions: (a) the sweep-fitted environment alone; (b) calibrated leave-one-technique-out on the "
@@ -96,8 +111,8 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
              "environment: fitted to the mean per-iteration times of this run's own sweep of "
              + ", ".join(s.sweep_ops) + " in two regimes (Hockney): alpha from the sizes below 64 KiB, beta and "
              "gamma from those from 256 KiB"]
-    for rate in rates:
-        label = env_label(rate)
+    for rate, rpn in envs:
+        label = env_label(rate, None if rpn in (1, ranks) else rpn, ranks)
         envdir = outdir / re.sub(r"[^A-Za-z0-9_.-]", "_", label)
         if envdir.exists() and any(envdir.iterdir()):
             raise ValidationError(f"{envdir} is not empty; choose another --out")

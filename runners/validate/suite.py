@@ -55,9 +55,14 @@ class ValidationError(CommscopeError):
     """A validation that cannot start or did not complete (the message says which run)."""
 
 
-def env_label(rate: str | None) -> str:
-    """An environment's name in the tables and its directory: the link rate, or "host"."""
-    return "host" if rate is None else rate
+def env_label(rate: str | None, ranks_per_node: int | None = None, ranks: int | None = None) -> str:
+    """An environment's name in the tables and its directory: the link rate, or "host"; a two-level cluster adds its
+    nodes x ranks per node (``1gbit-2x2``)."""
+    if rate is None:
+        return "host"
+    if ranks_per_node and ranks and ranks_per_node > 1:
+        return f"{rate}-{ranks // ranks_per_node}x{ranks_per_node}"
+    return rate
 
 
 def profile_file(envdir: Path, index: int, model: str) -> Path:
