@@ -93,7 +93,8 @@ def test_measured_time_and_compare() -> None:
     ({"suite": "huge"}, "unknown suite 'huge'; choose one of: quick, full"),
     ({"ranks": 1}, "--ranks must be an integer >= 2, got 1"),
     ({"emulate": ["fast"]}, "fast"),
-    ({"emulate": ["1gbit"], "ranks": 4, "ranks_per_node": 3}, "not a multiple of --ranks-per-node 3"),
+    ({"emulate": ["1gbit"], "ranks": 4, "ranks_per_node": 3}, "not a multiple of 3 ranks per node"),
+    ({"emulate": ["1gbit:x"], "ranks": 4}, "ranks per node after ':' must be an integer >= 1"),
 ])
 def test_bad_input_fails_before_running(tmp_path, kwargs: dict, message: str) -> None:
     args = {"suite": "quick", "ranks": 2, "out": tmp_path / "o", **kwargs}

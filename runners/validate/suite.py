@@ -41,13 +41,22 @@ class Suite:
 
 
 EXACT = ("bsp", "wfbp", "fusion", "mgwfbp", "bytescheduler", "dear", "zero", "fsdp")
+# bsp sends all gradients as one message after backward (flatten): the iteration's communication share is then
+# that of its bytes and one latency, which is what places a (link, model) cell in its regime
+QUICK_TECHNIQUES: tuple[tuple[str, Mapping[str, Any]], ...] = (
+    ("bsp", {"flatten": True}), ("wfbp", {}), ("fusion", {}), ("mgwfbp", {}), ("bytescheduler", {}), ("dear", {}),
+    ("zero", {}), ("local_sgd", {}))
+FULL_EXTRA: tuple[tuple[str, Mapping[str, Any]], ...] = (
+    ("fsdp", {}), ("fp16", {}), ("powersgd", {}), ("topk", {}), ("randomk", {}), ("dgc", {}), ("qsgd", {}),
+    ("terngrad", {}), ("signsgd", {}), ("ef_signsgd", {}), ("dpsgd", {}))
+# the workloads: a CNN whose 0.7 MB of gradients leave it compute-bound on a fast link, and a transformer whose
+# 23 MB embedding and LM head make it communication-bound on a slow one (regimes: runners.validate.report)
+WORKLOADS = (("resnet_small", 32), ("gpt_wide", 8))
 SUITES: dict[str, Suite] = {
-    "quick": Suite("quick", "resnet_small", 32,
-                   tuple((t, {}) for t in ("bsp", "wfbp", "fusion", "mgwfbp", "bytescheduler", "dear", "zero",
-                                           "local_sgd")), iterations=16, warmup=3),
-    "full": Suite("full", "resnet_small", 32,
-                  tuple((t, {}) for t in (*EXACT, "fp16", "powersgd", "topk", "randomk", "qsgd", "local_sgd")),
-                  iterations=32, warmup=5, sweep_iters=(3, 15), profile_iters=(5, 30)),
+    "quick": Suite("quick", WORKLOADS[0][0], WORKLOADS[0][1], QUICK_TECHNIQUES, iterations=12, warmup=2,
+                   extra_models=WORKLOADS[1:], repeats=2),
+    "full": Suite("full", WORKLOADS[0][0], WORKLOADS[0][1], QUICK_TECHNIQUES + FULL_EXTRA, iterations=24, warmup=4,
+                  sweep_iters=(3, 15), profile_iters=(5, 30), extra_models=WORKLOADS[1:], repeats=3),
 }
 
 

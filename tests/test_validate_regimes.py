@@ -1,0 +1,102 @@
+"""Validation across regimes: environments with several ranks per node, several workloads per suite, repetitions,
+the three predictions per cell, the communication share of bsp, and the winner figure."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import costmodels as cm
+from runners import results
+from runners import validate as v
+from runners.validate.driver import environments
+from runners.validate.report import regime_name, winners
+from runners.validate.suite import profile_file
+
+MS = 1e-3
+PROF = cm.ModelProfile(
+    "toy", (cm.Layer("l0", 250, 1000.0, 1 * MS, 2 * MS), cm.Layer("l1", 500, 2000.0, 2 * MS, 4 * MS)),
+    "cpu", "float32", 32, "measured", "hand-written")
+ENV = cm.Environment(alpha=1e-3, beta=1e-6, gamma=0.0, library="gloo", metadata={
+    "algorithms": {"allreduce": "ring_allreduce", "allgather": "ring_allgather",
+                   "reduce_scatter": "allreduce_reduce_scatter"}})
+
+
+def test_environments_take_ranks_per_node_per_rate():
+    assert environments([], 4, None) == [(None, 4)]
+    assert environments(["1gbit", "1gbit:2"], 4, None) == [("1gbit", 1), ("1gbit", 2)]
+    assert environments(["100mbit"], 4, 2) == [("100mbit", 2)]
+    with pytest.raises(v.ValidationError, match="not a multiple of 3 ranks per node"):
+        environments(["1gbit:3"], 4, None)
+    with pytest.raises(v.ValidationError, match="must be an integer >= 1"):
+        environments(["1gbit:0"], 4, None)
+    assert v.env_label("1gbit", 2, 4) == "1gbit-2x2"
+    assert v.env_label("1gbit", None, 4) == "1gbit" and v.env_label(None) == "host"
+
+
+def test_plan_has_every_workload_with_its_own_profile(tmp_path):
+    suite = v.SUITES["quick"]
+    assert [m for m, _ in suite.workloads] == ["resnet_small", "gpt_wide"]
+    plan = v.make_plan(suite, tmp_path / "1gbit", 4, 1, 1, 60.0)
+    assert plan["repeats"] == suite.repeats >= 2
+    paths = [w["profile_path"] for w in plan["workloads"]]
+    assert paths == [str(profile_file((tmp_path / "1gbit").resolve(), i, m)) for i, (m, _) in
+                     enumerate(suite.workloads)]
+    assert paths[0].endswith("profile.json") and paths[1].endswith("profile-gpt_wide.json")
+    for w in plan["workloads"]:  # MG-WFBP merges on its own workload's profile
+        assert dict(w["techniques"])["mgwfbp"]["profile"] == w["profile_path"]
+    assert dict(plan["workloads"][0]["techniques"])["bsp"] == {"flatten": True}
+
+
+def _iteration(algorithm: str, time_s: float, model: str = "toy", exposed: float | None = None, **options) -> dict:
+    run = results.run_info("gloo", 2, 1, ["cpu", "cpu"], local_world_size=1)
+    res = {"time_s": time_s, "time_p10_s": 0.95 * time_s, "time_p90_s": 1.05 * time_s}
+    if exposed is not None:
+        res["exposed_comm_s"] = exposed
+    return results.record("iteration", {"algorithm": algorithm, "model": model, "batch_size": 32, "world_size": 2,
+                                        "options": options}, res, run, "test")
+
+
+def test_repetitions_are_one_cell_with_their_spread_and_the_regime():
+    recs = [_iteration("bsp", 0.020, exposed=0.013), _iteration("bsp", 0.022, exposed=0.0143),
+            _iteration("wfbp", 0.018), _iteration("wfbp", 0.019)]
+    out = v.compare(recs, {"toy": PROF}, ENV, "host")
+    assert [r["config"]["technique"] for r in out] == ["bsp", "wfbp"]
+    bsp = out[0]
+    assert bsp["config"]["repeats"] == 2 and len(bsp["config"]["iteration_records"]) == 2
+    assert bsp["result"]["measured_s"] == pytest.approx(0.021)  # median of the repetitions
+    assert bsp["result"]["spread"] == pytest.approx(0.5 * 0.002 / 0.021)  # half their range
+    assert bsp["result"]["comm_share_bsp"] == pytest.approx(0.65)  # 13/20 and 14.3/22
+    # (a) and (c) are there; (b) needs the other techniques to include a non-overlapping one and an overlapping one
+    assert math.isfinite(bsp["result"]["predicted_s"]) and math.isfinite(bsp["result"]["predicted_defaults_s"])
+    assert "predicted_calibrated_s" not in bsp["result"]  # without bsp, only wfbp is left: nothing to calibrate on
+    assert regime_name(0.65) == "communication-bound" and regime_name(0.3) == "mixed"
+    assert regime_name(0.1) == "compute-bound" and regime_name(0.22) == "between"
+
+
+def test_winner_counts_a_pick_within_the_measured_spread_as_right():
+    def row(tech, measured, predicted, spread=0.02, env="e", model="m"):
+        return {"technique": tech, "environment": env, "model": model, "measured_ms": measured, "spread": spread,
+                "predicted_ms": predicted}
+
+    rows = [row("bsp", 100, 90), row("wfbp", 80, 85), row("dear", 81, 70),  # dear picked, 1 ms off, spreads 1.6+1.6
+            row("bsp", 100, 50, model="m2"), row("wfbp", 60, 70, model="m2"),  # bsp picked: 40 ms off, wrong
+            row("local_sgd", 10, 5, model="m2")]  # not in the contest
+    w = winners(rows)
+    assert w["n"] == 2 and w["right"] == 1
+    assert w["cells"]["e/m"] == {"measured": "wfbp", "predicted": "dear", "right": True, "exact": False}
+    assert w["cells"]["e/m2"]["right"] is False and w["cells"]["e/m2"]["measured"] == "wfbp"
+
+
+def test_report_shows_three_predictions_and_regimes():
+    recs = [_iteration("bsp", 0.020, exposed=0.005), _iteration("wfbp", 0.018), _iteration("fusion", 0.017)]
+    out = v.compare(recs, PROF, ENV, "host")
+    rows = v.table_rows(out)
+    assert {"predicted_ms", "predicted_calibrated_ms", "predicted_defaults_ms", "error_calibrated",
+            "error_defaults", "comm_share_bsp", "spread"} <= set(rows[0])
+    assert all(math.isfinite(r["error_calibrated"]) for r in rows)  # bsp + two overlapping techniques
+    md = v.markdown(rows, "commscope validate ...")
+    assert "(b) calibrated, technique left out" in md and "| host/toy | 25% | mixed |" in md
+    s = v.summary(rows, "calibrated")
+    assert s["all"]["n"] == 3
