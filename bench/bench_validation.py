@@ -1,14 +1,16 @@
-"""Benchmarks of the validation suite: P2 and DeAR's speedup over fusion, predicted vs measured.
+"""Benchmarks of the validation suite: P2 and the winner figure for each prediction, and DeAR's speedup over fusion.
 
     python bench/bench_validation.py [--dir DIR] [--json]            # a finished validation (default: shipped)
-    python bench/bench_validation.py --run --emulate 100mbit,1gbit,2500mbit [--ranks 4] [--json]
+    python bench/bench_validation.py --run --emulate 200mbit,1gbit,2500mbit,1gbit:2 [--ranks 4] [--json]
 
-P2: the prediction error of iteration time, |predicted / measured - 1|, across techniques and
-emulated environments: median and max, overall, per environment and per technique (goal: median
-<= 5%, max <= 15%). DeAR: its speedup over ``fusion`` (fusion time / dear time) measured and
-predicted on every link, with the relative difference (goal: within 10% on the slowest link).
-``--run`` first runs ``commscope validate --suite quick`` into a temporary directory (needs root
-for ``--emulate``). ``--json`` writes bench/results/bench_validation.json.
+P2: the prediction error of iteration time, |predicted / measured - 1|, across (technique, environment,
+model) cells: median and max, overall, per environment and per technique, for each of the three
+predictions: (a) sweep only, (b) calibrated leave-one-technique-out (goal: median <= 5%, max <= 15%),
+(c) shipped defaults. The winner: the fastest technique per (environment, model) predicted right, or
+within the measured spread of the fastest (goal for (b): >= 90% of cells). Regimes: the measured
+communication share of the bsp iteration per (environment, model). DeAR: its speedup over ``fusion``
+measured and predicted on every link. ``--run`` first runs ``commscope validate --suite quick`` into a
+temporary directory (needs root for ``--emulate``). ``--json`` writes bench/results/bench_validation.json.
 """
 
 from __future__ import annotations
@@ -33,17 +35,27 @@ def analyse(directory: Path) -> dict:
 
     recs = rs.load(directory / "validation.jsonl").records
     rows = v.table_rows(recs)
-    out: dict = {"directory": str(directory), "p2": v.summary(rows), "per_technique": {}, "dear_over_fusion": {}}
-    for tech in dict.fromkeys(r["technique"] for r in rows):
-        e = np.array([abs(r["error"]) for r in rows if r["technique"] == tech and np.isfinite(r["error"])])
-        out["per_technique"][tech] = {"median_abs_error": float(np.median(e)), "max_abs_error": float(e.max())}
+    out: dict = {"directory": str(directory), "regimes": {k: {"comm_share_bsp": s, "regime": v.regime_name(s)}
+                                                          for k, s in v.regimes(rows).items()},
+                 "predictions": {}, "dear_over_fusion": {}}
+    for key, suffix in (("sweep", ""), ("calibrated", "_calibrated"), ("defaults", "_defaults")):
+        per_tech = {}
+        for tech in dict.fromkeys(r["technique"] for r in rows):
+            e = np.array([abs(r["error" + suffix]) for r in rows if r["technique"] == tech
+                          and np.isfinite(r["error" + suffix])])
+            if e.size:
+                per_tech[tech] = {"median_abs_error": float(np.median(e)), "max_abs_error": float(e.max())}
+        out["predictions"][key] = {"p2": v.summary(rows, key), "per_technique": per_tech,
+                                   "winner": v.winners(rows, key)}
     for env in dict.fromkeys(r["environment"] for r in rows):
-        by = {r["technique"]: r for r in rows if r["environment"] == env}
-        if "dear" in by and "fusion" in by:
-            measured = by["fusion"]["measured_ms"] / by["dear"]["measured_ms"]
-            predicted = by["fusion"]["predicted_ms"] / by["dear"]["predicted_ms"]
-            out["dear_over_fusion"][env] = {"measured_speedup": measured, "predicted_speedup": predicted,
-                                            "relative_difference": predicted / measured - 1}
+        for model in dict.fromkeys(r["model"] for r in rows if r["environment"] == env):
+            by = {r["technique"]: r for r in rows if r["environment"] == env and r["model"] == model}
+            if "dear" in by and "fusion" in by:
+                measured = by["fusion"]["measured_ms"] / by["dear"]["measured_ms"]
+                predicted = by["fusion"]["predicted_ms"] / by["dear"]["predicted_ms"]
+                out["dear_over_fusion"][f"{env}/{model}"] = {
+                    "measured_speedup": measured, "predicted_speedup": predicted,
+                    "relative_difference": predicted / measured - 1}
     return out
 
 
@@ -51,7 +63,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, default=ROOT / "runners" / "reference" / "validation")
     ap.add_argument("--run", action="store_true", help="run the quick suite first")
-    ap.add_argument("--emulate", default="100mbit,1gbit,2500mbit")
+    ap.add_argument("--emulate", default="200mbit,1gbit,2500mbit,1gbit:2")
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -62,14 +74,21 @@ def main() -> None:
             subprocess.run([sys.executable, "-m", "runners.cli", "validate", "--suite", "quick", "--ranks",
                             str(args.ranks), "--emulate", args.emulate, "--out", str(directory)], check=False)
         res = analyse(directory)
-    print(f"P2 (|predicted/measured - 1| of iteration time), from {res['directory']}:")
-    for env, s in res["p2"].items():
-        print(f"  {env:>10}: median {s['median_abs_error']:.1%}, max {s['max_abs_error']:.1%} over {s['n']}")
-    for tech, s in res["per_technique"].items():
-        print(f"  {tech:>14}: median {s['median_abs_error']:.1%}, max {s['max_abs_error']:.1%}")
+    print(f"from {res['directory']}")
+    print("regimes (communication share of the bsp iteration):")
+    for cell, r in res["regimes"].items():
+        print(f"  {cell:>24}: {r['comm_share_bsp']:.0%} ({r['regime']})")
+    for key, pred in res["predictions"].items():
+        print(f"P2 of prediction {key} (|predicted/measured - 1| of iteration time):")
+        for env, s in pred["p2"].items():
+            if s["n"]:
+                print(f"  {env:>14}: median {s['median_abs_error']:.1%}, max {s['max_abs_error']:.1%} over {s['n']} "
+                      f"({s['within_spread']} within the measured spread)")
+        w = pred["winner"]
+        print(f"  winner right in {w['right']} of {w['n']} (environment, model) cells")
     print("DeAR speedup over fusion (fusion time / dear time):")
-    for env, s in res["dear_over_fusion"].items():
-        print(f"  {env:>10}: measured {s['measured_speedup']:.3f}, predicted {s['predicted_speedup']:.3f} "
+    for cell, s in res["dear_over_fusion"].items():
+        print(f"  {cell:>24}: measured {s['measured_speedup']:.3f}, predicted {s['predicted_speedup']:.3f} "
               f"({s['relative_difference']:+.1%})")
     if args.json:
         RESULTS.mkdir(parents=True, exist_ok=True)
