@@ -100,3 +100,17 @@ def test_report_shows_three_predictions_and_regimes():
     assert "(b) calibrated, technique left out" in md and "| host/toy | 25% | mixed |" in md
     s = v.summary(rows, "calibrated")
     assert s["all"]["n"] == 3
+
+
+def test_attribution_names_the_largest_term_and_the_change_that_closes_the_gap():
+    from runners.validate.attribution import attribute, contributions
+
+    c = contributions("bsp", {}, PROF, ENV, 2)
+    # bsp on 2 ranks, two tensors of 1000 and 2000 B, ring allreduce: 2 (p-1) alpha + 2 (p-1)/p n beta per tensor
+    # latency 2 x 2 ms = 4 ms; bandwidth (1000 + 2000) B x 1 us/B = 3 ms; compute 9 ms; no interference or overhead
+    assert c["total"] == pytest.approx(16 * MS)
+    assert c["latency"] == pytest.approx(4 * MS) and c["bandwidth"] == pytest.approx(3 * MS, rel=1e-9)
+    assert c["interference"] == 0 and c["overhead"] == 0
+    a = attribute(17 * MS, c)  # 1 ms slower than predicted: latency, the largest term, 25% more
+    assert a["term"] == "latency" and a["change"] == pytest.approx(0.25) and a["gap_s"] == pytest.approx(MS)
+    assert attribute(25 * MS, c)["term"] == "missing term"  # 9 ms more than predicted: more than the latency term

@@ -119,6 +119,8 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
     from runners.calibrate import Cell, leave_one_technique_out
     from runners.calibrate.solve import TERMS, with_terms
 
+    from .attribution import attribute, contributions
+
     its = [r for r in records if r.get("kind") == "iteration"]
     groups: dict[tuple[str, str, str, int], list[Mapping[str, Any]]] = {}
     for rec in its:
@@ -175,6 +177,11 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
                 result.setdefault("how", how)
             if tech in loto:
                 result["calibrated_terms"] = dict(loto[tech])
+            if "predicted_s" in result:  # which term accounts for the error of the best prediction available
+                e = with_terms(base, loto[tech]) if tech in loto else base
+                contrib = contributions(tech, opts, prof, e, p)
+                result["attribution"] = {**attribute(measured, contrib), "contributions_s": contrib,
+                                         "prediction": "calibrated" if tech in loto else "sweep"}
         config = {"technique": tech, "options": opts, "environment": environment, "model": model,
                   "batch_size": first["config"]["batch_size"], "world_size": p,
                   "iteration_record": first["id"], "iteration_records": [r["id"] for r in rs],
