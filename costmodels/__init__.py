@@ -13,6 +13,7 @@ from __future__ import annotations
 from .analysis import Cheapest, Crossover, cheapest, crossover, crossover_expr
 from .collectives import COLLECTIVES, PRIMITIVES, Collective, Domain, Param, collective, collectives, lower_bound
 from .compression import Compressor, compressor, compressors, parse_compressor
+from .default_terms import default_terms
 from .environment import Environment
 from .environment_array import EnvironmentArray
 from .errors import CommscopeError, DomainError, UnknownNameError
@@ -77,6 +78,7 @@ __all__ = [
     "compressors",
     "crossover",
     "crossover_expr",
+    "default_terms",
     "environment",
     "environments",
     "format_size",
