@@ -18,6 +18,14 @@ Beyond the two links, an environment names what runs on them and how they are wi
 * the fabric: ``oversubscription`` of a two-tier fat tree, ``nodes_per_leaf`` under one leaf switch
   (``None``: traffic between any two nodes crosses the spine), ``rail_optimized`` leaves, and in-network
   reduction (``sharp`` on InfiniBand switches, ``nvls`` on NVLink switches).
+
+And what overlap and dispatch cost on the hosts (issue 16; :mod:`costmodels.schedules.engine`):
+
+* ``kappa_c``: compute runs 1 + kappa_c times slower while a collective is in flight (NCCL kernels take
+  SMs and memory bandwidth; gloo's threads take cores);
+* ``kappa_m``: communication runs 1 + kappa_m times slower while compute runs;
+* ``host_overhead``: LogP's o (Culler et al., PPoPP 1993), seconds of the issuing thread per message,
+  distinct from the network's alpha.
 """
 
 from __future__ import annotations
@@ -36,6 +44,11 @@ from .errors import CommscopeError
 SCHEMA = "commscope.environment/1"
 LIBRARY_NAMES = ("ideal", "nccl", "gloo", "mpich")  # the entries of costmodels.libraries.LIBRARIES
 LINK_KINDS = ("network", "nvlink", "pcie")
+TERMS = {  # interference and per-message host overhead (issue 16): what each is, for error messages
+    "kappa_c": "compute slowdown while a collective is in flight, dimensionless",
+    "kappa_m": "communication slowdown while compute runs, dimensionless",
+    "host_overhead": "seconds of the issuing thread per message, LogP's o",
+}
 
 
 def _check_real(name: str, value: object, *, allow_zero: bool) -> float:
@@ -82,6 +95,9 @@ class Environment:
             nodes before traffic crosses the spine).
         sharp, nvls: in-network reduction on the InfiniBand switches (SHARP; NCCL's CollNet) or on
             the NVLink switches (NVLink SHARP; NCCL's NVLS).
+        kappa_c, kappa_m: interference (dimensionless, >= 0): compute slows by 1 + kappa_c while a
+            collective is in flight, communication by 1 + kappa_m while compute runs.
+        host_overhead: seconds per message on the thread that issues it (LogP's o, >= 0).
         name, description, source: what it is and where its numbers come from.
         metadata: free JSON-able provenance (e.g. the files and fit quality of a fitted one).
     """
@@ -102,6 +118,9 @@ class Environment:
     rail_optimized: bool = False
     sharp: bool = False
     nvls: bool = False
+    kappa_c: float = 0.0
+    kappa_m: float = 0.0
+    host_overhead: float = 0.0
     name: str = "custom"
     description: str = ""
     source: str = ""
@@ -112,6 +131,8 @@ class Environment:
         set_(self, "alpha", _check_real("alpha", self.alpha, allow_zero=True))
         set_(self, "beta", _check_real("beta", self.beta, allow_zero=False))
         set_(self, "gamma", _check_real("gamma", self.gamma, allow_zero=True))
+        for key, meaning in TERMS.items():
+            set_(self, key, _check_real(f"{key} ({meaning})", getattr(self, key), allow_zero=True))
         set_(self, "gpus_per_node", _check_count("gpus_per_node", self.gpus_per_node))
         set_(self, "nics_per_node", _check_count("nics_per_node", self.nics_per_node))
         if (self.intra_alpha is None) != (self.intra_beta is None):
@@ -174,6 +195,11 @@ class Environment:
     def intra_bandwidth(self) -> float | None:
         """Intra-node link bandwidth, bytes per second, or None for a one-level environment."""
         return None if self.intra_beta is None else 1.0 / self.intra_beta
+
+    @property
+    def has_terms(self) -> bool:
+        """True when interference or host overhead is on (``TERMS`` not all 0)."""
+        return any(getattr(self, k) > 0 for k in TERMS)
 
     def with_(self, **changes: Any) -> Environment:
         """A copy with some fields changed (validated again)."""
@@ -240,6 +266,9 @@ class Environment:
         s += f", gamma={self.gamma:.3g} s/B"
         if self.library != "ideal":
             s += f"; {self.library}"
+        if self.has_terms:
+            s += (f"; kappa_c={self.kappa_c:.3g}, kappa_m={self.kappa_m:.3g}, "
+                  f"o={self.host_overhead * 1e6:.3g} us")
         if self.oversubscription > 1:
             s += f"; fat tree {self.oversubscription:g}:1" + ("" if self.nodes_per_leaf is None else
                                                            f" above {self.nodes_per_leaf} nodes per leaf")

@@ -20,10 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from .environment import Environment
+from .environment import TERMS, Environment
 from .errors import CommscopeError
 
-FIELDS = ("alpha", "beta", "gamma", "intra_alpha", "intra_beta", "gpus_per_node", "nics_per_node")
+FIELDS = ("alpha", "beta", "gamma", "intra_alpha", "intra_beta", "gpus_per_node", "nics_per_node", "kappa_c", "kappa_m",
+          "host_overhead")
 DESCRIPTORS = ("library", "link", "intra_link", "compute_capability", "oversubscription", "nodes_per_leaf",
                "rail_optimized", "sharp", "nvls")
 
@@ -46,7 +47,8 @@ class EnvironmentArray:
 
     Build one with :meth:`of` (a list of environments) or :meth:`grid` (one environment with its
     inter-node alpha and/or beta swept over an outer product); ``names`` labels each entry;
-    ``descriptors`` holds the fields that are not numbers, the same for every entry.
+    ``descriptors`` holds the fields that are not numbers, the same for every entry. ``kappa_c``,
+    ``kappa_m`` and ``host_overhead`` (issue 16) default to 0 in every entry.
     """
 
     alpha: np.ndarray
@@ -58,10 +60,15 @@ class EnvironmentArray:
     nics_per_node: np.ndarray
     names: np.ndarray
     descriptors: Mapping[str, Any] = field(default_factory=dict)
+    kappa_c: Any = 0.0
+    kappa_m: Any = 0.0
+    host_overhead: Any = 0.0
 
     two_level = True  # read by the collective models: always the two-link path (see module doc)
 
     def __post_init__(self) -> None:
+        for f in TERMS:  # interference and host overhead: numbers >= 0, 0 when not given
+            object.__setattr__(self, f, _real(f, getattr(self, f), allow_zero=True))
         arrays = [np.asarray(getattr(self, f)) for f in FIELDS]
         try:
             shape = np.broadcast_shapes(*(a.shape for a in arrays), np.shape(self.names))
@@ -87,6 +94,11 @@ class EnvironmentArray:
                 value = first if all(v == first for v in value.flat) else value
             merged[key] = value
         object.__setattr__(self, "descriptors", merged)
+
+    @property
+    def has_terms(self) -> np.ndarray:
+        """Boolean array of ``shape``: where interference or host overhead is on (see ``Environment.has_terms``)."""
+        return (self.kappa_c > 0) | (self.kappa_m > 0) | (self.host_overhead > 0)
 
     @property
     def uniform(self) -> bool:
@@ -116,7 +128,8 @@ class EnvironmentArray:
         for key in dict.fromkeys(keys):
             idx = np.array([i for i, k in enumerate(keys) if k == key])
             first = flat._descriptors_at(int(idx[0]))
-            out.append((idx, EnvironmentArray(*(getattr(flat, f)[idx] for f in (*FIELDS, "names")), descriptors=first)))
+            out.append((idx, EnvironmentArray(**{f: getattr(flat, f)[idx] for f in FIELDS}, names=flat.names[idx],
+                                              descriptors=first)))
         return out
 
     # ----------------------------------------------------------- construction
@@ -157,7 +170,8 @@ class EnvironmentArray:
         for idx in np.ndindex(a.shape):
             names[idx] = f"{base.name} (alpha={a[idx]:.3g} s, beta={b[idx]:.3g} s/B)"
         return cls(a, b, np.full(a.shape, base.gamma), ia, ib, np.full(a.shape, base.gpus_per_node),
-                   np.full(a.shape, base.nics_per_node), names, {d: getattr(base, d) for d in DESCRIPTORS})
+                   np.full(a.shape, base.nics_per_node), names, {d: getattr(base, d) for d in DESCRIPTORS},
+                   **{f: np.full(a.shape, getattr(base, f)) for f in TERMS})
 
     # ----------------------------------------------------------------- views
     @property
@@ -169,7 +183,8 @@ class EnvironmentArray:
         return int(self.alpha.size)
 
     def reshape(self, *shape: int) -> EnvironmentArray:
-        return EnvironmentArray(*(np.reshape(getattr(self, f), shape) for f in (*FIELDS, "names")),
+        return EnvironmentArray(**{f: np.reshape(getattr(self, f), shape) for f in FIELDS},
+                                names=np.reshape(self.names, shape),
                                 descriptors={k: np.reshape(v, shape) if isinstance(v, np.ndarray) else v
                                              for k, v in self.descriptors.items()})
 
@@ -183,7 +198,7 @@ class EnvironmentArray:
         return Environment(float(v["alpha"]), float(v["beta"]), float(v["gamma"]),
                            float(v["intra_alpha"]) if two else None, float(v["intra_beta"]) if two else None,
                            gp, int(v["nics_per_node"]), name=str(self.names[index]),
-                           **self._descriptors_at(index))
+                           **{f: float(v[f]) for f in TERMS}, **self._descriptors_at(index))
 
 
 def _field(env: Environment, name: str) -> float:

@@ -19,6 +19,15 @@ Each preset also names the collective library that runs on it (:mod:`costmodels.
 presets NCCL, with the GPU's compute capability and the kind of link (NVLink, PCIe, network); CPU/Ethernet
 presets gloo, the library PyTorch uses on CPUs. ``collective=None`` then means what that library runs.
 
+Interference and host overhead (issue 16; :mod:`costmodels.schedules.engine`): GPU presets of A100 and
+H100 take kappa_c = 0.189, the mean slowdown of compute overlapped with communication that Lee et al.
+measured ("Characterizing compute-communication overlap in GPU-accelerated distributed deep learning:
+performance and power implications", arXiv 2507.03114, 2025: GPT and LLaMA training on 4 x A100, H100,
+MI250 and MI210; 18.9% on average, 40.0% at most, against the same compute with no communication).
+No published measurement was found for kappa_m (communication slowed by compute), for the per-message
+host overhead o, for V100-era GPUs, or for gloo's threads on CPUs: those are 0 pending measurement,
+and each preset's source says so.
+
 These are starting points; ``commscope fit`` (measurement issue) replaces them with fitted values.
 """
 
@@ -36,15 +45,32 @@ NCCL_LL_LATENCY_NET = 2.7e-6
 NCCL_LL_LATENCY_PCI = 1.0e-6
 NCCL_LL_LATENCY_NVLINK = 0.6e-6
 
+KAPPA_C_OVERLAP = 0.189  # Lee et al., arXiv 2507.03114: mean compute slowdown under overlapped communication
+TERMS_NOTE = "; interference and overhead: "
+OVERLAP_SOURCE = ("kappa_c 0.189: mean slowdown of compute overlapped with communication (max 0.40), Lee et al., "
+                  "'Characterizing compute-communication overlap in GPU-accelerated distributed deep learning', "
+                  "arXiv 2507.03114, 2025 (GPT and LLaMA on 4 x A100, H100, MI250, MI210)")
+
 PRESETS: Registry[Environment] = Registry("environment preset")
 
 
+def _terms_note(kwargs: dict[str, object]) -> str:
+    """What the preset's kappa_c, kappa_m and host_overhead rest on."""
+    pending = "kappa_m and host_overhead 0 pending measurement (no published value found)"
+    if kwargs.get("kappa_c"):
+        return f"{OVERLAP_SOURCE}; {pending}"
+    what = "gloo's threads on CPUs" if kwargs.get("library") == "gloo" else "this GPU"
+    return f"kappa_c, kappa_m and host_overhead 0 pending measurement (no published interference value for {what})"
+
+
 def _preset(**kwargs: object) -> Environment:
+    kwargs["source"] = f"{kwargs['source']}{TERMS_NOTE}{_terms_note(kwargs)}"
     return PRESETS.register(Environment(**kwargs))  # type: ignore[arg-type]
 
 
 GLOO = {"library": "gloo"}
-NCCL_V100, NCCL_A100, NCCL_H100 = ({"library": "nccl", "compute_capability": cc} for cc in (70, 80, 90))
+NCCL_V100 = {"library": "nccl", "compute_capability": 70}
+NCCL_A100, NCCL_H100 = ({"library": "nccl", "compute_capability": cc, "kappa_c": KAPPA_C_OVERLAP} for cc in (80, 90))
 
 
 # ---------------------------------------------------------------------------------- Ethernet
@@ -246,8 +272,10 @@ def _two_level(name: str, intra: str, inter: str, gpus: int, nics: int, descript
         intra_beta=i.beta,
         gpus_per_node=gpus,
         nics_per_node=nics,
+        kappa_c=i.kappa_c,  # the GPU's
         description=description,
-        source=f"intra-node: preset {intra} ({i.source}); inter-node: preset {inter} ({o.source})",
+        source=(f"intra-node: preset {intra} ({i.source.split(TERMS_NOTE)[0]}); inter-node: preset {inter} "
+                f"({o.source.split(TERMS_NOTE)[0]})"),
     )
 
 
@@ -279,6 +307,7 @@ _preset(
     library="nccl",
     intra_link="nvlink",
     compute_capability=90,
+    kappa_c=KAPPA_C_OVERLAP,
     description="Google Cloud A3 Mega-like: 8 x H100 on NVLink 4.0, 8 x 200 Gb/s NICs per node (GPUDirect-TCPXO)",
     source=(
         "intra-node: preset NVLink-H100 (18 x 20.6 GB/s); inter-node: A3 Mega's 8 NICs of 200 Gb/s (Google Cloud "

@@ -5,6 +5,11 @@ DeAR, ...). A layer here is one parameter tensor (or a module), listed in forwar
 produces gradients in the reverse order. Profiles are measured by the layer-wise profiler
 (``commscope profile``) or estimated from per-layer FLOPs and a stated device throughput; the
 ``origin`` field says which. Shipped reference profiles live in ``costmodels/data/profiles``.
+
+The optimizer step (issue 16) is optional: each layer's ``optimizer_s`` (the time to update its
+parameters), or a profile total distributed over the layers by their parameters
+(:meth:`ModelProfile.with_optimizer`, or ``"optimizer_s"`` at the top of the JSON); 0 when absent, so
+profiles written before it load unchanged. The schedules place it where each technique runs it.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ class Layer:
         forward_s, backward_s: compute time attributed to it in one iteration (seconds).
         shape: the tensor's shape when known (its product is ``params``); compressors that
             factorise a gradient as a matrix (PowerSGD) use it.
+        optimizer_s: time of the optimizer step on its parameters (seconds, default 0).
     """
 
     name: str
@@ -55,6 +61,7 @@ class Layer:
     forward_s: float
     backward_s: float
     shape: tuple[int, ...] | None = None
+    optimizer_s: float = 0.0
 
     def __post_init__(self) -> None:
         where = f"layer {self.name!r}"
@@ -62,7 +69,7 @@ class Layer:
             raise CommscopeError(f"a layer needs a non-empty name, got {self.name!r}")
         if isinstance(self.params, bool) or not isinstance(self.params, int) or self.params < 0:
             raise CommscopeError(f"{where}: params must be an integer >= 0, got {self.params!r}")
-        for f in ("grad_bytes", "forward_s", "backward_s"):
+        for f in ("grad_bytes", "forward_s", "backward_s", "optimizer_s"):
             object.__setattr__(self, f, _nonneg(where, f, getattr(self, f)))
         if self.shape is not None:
             dims = self.shape
@@ -143,6 +150,11 @@ class ModelProfile:
         """Forward plus backward time of one iteration on one worker."""
         return self.forward_s + self.backward_s
 
+    @property
+    def optimizer_s(self) -> float:
+        """Time of the whole optimizer step on one worker (0 when the profile does not say)."""
+        return sum(x.optimizer_s for x in self.layers)
+
     def __len__(self) -> int:
         return len(self.layers)
 
@@ -165,15 +177,25 @@ class ModelProfile:
         return replace(self, layers=layers, source=f"{self.source}; rescaled by {k:.6g} to {t:.6g} s",
                        metadata=meta)
 
+    def with_optimizer(self, total_s: float) -> ModelProfile:
+        """The same profile with an optimizer step of ``total_s`` seconds, distributed over the layers in
+        proportion to their parameters (evenly when no layer has any)."""
+        t = _nonneg(f"profile {self.name!r}", "optimizer_s", total_s)
+        weights = [float(x.params) for x in self.layers] if self.params else [1.0] * len(self)
+        total = sum(weights)
+        return replace(self, layers=tuple(replace(x, optimizer_s=t * w / total) for x, w in zip(self.layers, weights,
+                                                                                               strict=True)))
+
     # ------------------------------------------------------------------- JSON
     def to_dict(self) -> dict[str, Any]:
+        step = any(x.optimizer_s for x in self.layers)  # the column only when there is an optimizer step
         return {
             "schema": SCHEMA, "name": self.name, "device": self.device, "dtype": self.dtype,
             "batch_size": self.batch_size, "origin": self.origin, "source": self.source,
             "metadata": dict(self.metadata),
-            "columns": ["name", "params", "grad_bytes", "forward_s", "backward_s", "shape"],
+            "columns": ["name", "params", "grad_bytes", "forward_s", "backward_s", "shape"] + ["optimizer_s"] * step,
             "layers": [[x.name, x.params, x.grad_bytes, x.forward_s, x.backward_s,
-                        None if x.shape is None else list(x.shape)] for x in self.layers],
+                        None if x.shape is None else list(x.shape)] + [x.optimizer_s] * step for x in self.layers],
         }
 
     @classmethod
@@ -188,16 +210,21 @@ class ModelProfile:
             raise CommscopeError(f"model profile is missing field(s): {', '.join(missing)}")
         columns = list(data["columns"])
         need = ["name", "params", "grad_bytes", "forward_s", "backward_s"]
-        if sorted(set(columns) - {"shape"}) != sorted(need) or len(set(columns)) != len(columns):
-            raise CommscopeError(f"model profile columns must be {need} and optionally 'shape', got {columns}")
+        if sorted(set(columns) - {"shape", "optimizer_s"}) != sorted(need) or len(set(columns)) != len(columns):
+            raise CommscopeError(f"model profile columns must be {need} and optionally 'shape' and 'optimizer_s', "
+                                 f"got {columns}")
+        if "optimizer_s" in columns and "optimizer_s" in data:
+            raise CommscopeError("give the optimizer step per layer (column 'optimizer_s') or as a profile total "
+                                 "('optimizer_s' field), not both")
         layers = []
         for i, row in enumerate(data["layers"]):
             if not isinstance(row, Sequence) or isinstance(row, str) or len(row) != len(columns):
                 raise CommscopeError(f"layer {i}: expected a list of {len(columns)} values, got {row!r}")
             layers.append(Layer(**dict(zip(columns, row, strict=True))))
-        return cls(name=data["name"], layers=tuple(layers), device=data["device"], dtype=data["dtype"],
+        prof = cls(name=data["name"], layers=tuple(layers), device=data["device"], dtype=data["dtype"],
                    batch_size=data["batch_size"], origin=data["origin"], source=data["source"],
                    metadata=data.get("metadata", {}))
+        return prof.with_optimizer(data["optimizer_s"]) if "optimizer_s" in data else prof
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write JSON atomically (temporary file + rename): a failure leaves any old file intact."""

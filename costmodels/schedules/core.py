@@ -13,6 +13,14 @@ backward finishes; backward runs from the last layer to the first.
 
 The schedules themselves register here from their family modules (``sequential``, ``overlap``,
 ``sharded``), which the package imports.
+
+Interference (``kappa_c``, ``kappa_m``), host overhead (``host_overhead``) and the optimizer step
+(``ModelProfile.optimizer_s``), issue 16: where an environment has any of them, or the profile an
+optimizer step, :func:`simulate` and ``sweep`` run the schedule's entry in :data:`TERMS` (``terms``,
+``terms_overlap``: the schedule as a task graph on the piecewise-rate engine of ``engine``) instead of
+its recurrences, which stay exactly as they are where all of them are 0. The closed-form bounds gain
+U (the optimizer time the schedule runs on a worker), O (the sum of its host overheads) and the
+interference factors; :func:`interference_excess` is derived in its docstring.
 """
 
 from __future__ import annotations
@@ -33,10 +41,30 @@ from ..errors import CommscopeError
 from ..messages import WIRE, Comm, Wire
 from ..profiles import DTYPE_BYTES, ModelProfile
 from ..registry import Registry
-from ..timeline import Timeline
+from ..timeline import Event, Timeline
 
 # symbols of the closed forms
 F, B, C = sp.symbols("F B C", nonnegative=True)  # forward, backward, sum of communication times
+U, O = sp.symbols("U O", nonnegative=True)  # optimizer step the schedule runs on a worker, sum of host overheads
+kappa_c, kappa_m = sp.symbols("kappa_c kappa_m", nonnegative=True)  # interference factors
+
+
+def interference_excess(compute: sp.Expr, comm: sp.Expr) -> sp.Expr:
+    """The most that interference can add to a serial sum ``compute + comm`` of work (derived here).
+
+    With every wait of a schedule on a task that runs or will run, some task runs at every instant, so
+    the iteration lasts at most the time with only compute, only communication, both, and only host
+    overhead. Over the time tau with both, compute does tau / (1 + kappa_c) of its work and communication
+    tau / (1 + kappa_m) of its work (at least: two directions of a link may run at once), so
+    tau <= min(compute (1 + kappa_c), comm (1 + kappa_m)) and the total is at most
+    compute + comm + O + tau (1 - 1/(1 + kappa_c) - 1/(1 + kappa_m)): overlap saves time where the
+    bracket is negative (no interference: -1), costs at most this where it is positive.
+    """
+    return sp.Max(0, kappa_c / (1 + kappa_c) - 1 / (1 + kappa_m)) * sp.Min(compute * (1 + kappa_c),
+                                                                           comm * (1 + kappa_m))
+
+
+NO_OVERLAP = F + B + U + C + O + interference_excess(F + B + U, C)
 
 
 @dataclass(frozen=True)
@@ -79,8 +107,10 @@ class IterationResult:
 class Schedule:
     """A registered schedule: name, what it does, its source, options and closed-form bounds.
 
-    ``no_overlap`` and ``perfect_overlap`` are sympy expressions in F (forward), B (backward) and
-    C (sum of the schedule's communication times): every simulated iteration lies between them.
+    ``no_overlap`` and ``perfect_overlap`` are sympy expressions in F (forward), B (backward), C (sum
+    of the schedule's communication times at full rate), U (the optimizer step it runs on a worker),
+    O (the sum of its host overheads) and the interference factors ``kappa_c``, ``kappa_m``: every
+    simulated iteration lies between them (:meth:`bounds`).
     """
 
     name: str
@@ -89,10 +119,16 @@ class Schedule:
     primitive: str
     options: Mapping[str, Any]
     run: Callable[..., IterationResult]
-    no_overlap: sp.Expr = F + B + C
-    perfect_overlap: sp.Expr = F + sp.Max(B, C)
+    no_overlap: sp.Expr = NO_OVERLAP
+    perfect_overlap: sp.Expr = F + U + sp.Max(B, C)
     vectorized: Callable[..., np.ndarray] | None = None
     """``vectorized(batch, collective, **options)``: iteration times of many configurations at once."""
+
+    def bounds(self, values: Mapping[Any, float]) -> tuple[float, float]:
+        """(perfect_overlap, no_overlap) at ``values`` (symbols or their names; U, O and kappas default to 0)."""
+        given = {(sp.Symbol(k, nonnegative=True) if isinstance(k, str) else k): v for k, v in values.items()}
+        at = {U: 0.0, O: 0.0, kappa_c: 0.0, kappa_m: 0.0, **given}
+        return float(self.perfect_overlap.subs(at)), float(self.no_overlap.subs(at))
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,6 +151,11 @@ class Configurations:
         return np.array(self.prof.column("grad_bytes"))
 
     @cached_property
+    def overhead(self) -> np.ndarray:
+        """Host overhead o of one message, (C, 1): 0 where p = 1 (nothing is sent)."""
+        return np.where(self.p > 1, self.env.host_overhead, 0.0)
+
+    @cached_property
     def ready(self) -> np.ndarray:
         """Each layer's gradient-ready time (forward, then backward from the last layer), shape (M,)."""
         bwd = np.array(self.prof.column("backward_s"))
@@ -122,6 +163,47 @@ class Configurations:
 
 
 SCHEDULES: Registry[Schedule] = Registry("schedule")
+
+
+@dataclass(frozen=True, eq=False)
+class TermsRun:
+    """A schedule run with interference, host overhead and the optimizer step (an entry of :data:`TERMS`).
+
+    ``time``: iteration time of each configuration, (C,); ``events``: the timeline of the one
+    configuration when asked to record; ``details``: what the schedule reports, plus ``communication_s``
+    (C of its bounds at full rate), ``host_overhead_s`` (O) and ``optimizer_s`` (U), per configuration.
+    """
+
+    time: np.ndarray
+    events: list[Event] | None
+    details: Mapping[str, Any]
+
+
+TERMS: dict[str, Callable[..., TermsRun]] = {}
+"""Schedule name -> ``run(cfg, collective, record, **options)``, registered by ``terms`` and ``terms_overlap``."""
+
+
+def has_terms(profile: ModelProfile, env: Environment) -> bool:
+    """True where :data:`TERMS` must run: interference or host overhead on, or an optimizer step in the profile."""
+    return env.has_terms or profile.optimizer_s > 0
+
+
+def _simulate_terms(entry: Schedule, prof: ModelProfile, env: Environment, p: int, collective: str | None,
+                    options: Mapping[str, Any]) -> IterationResult:
+    if entry.name not in TERMS:
+        raise CommscopeError(f"the {entry.name} schedule has no model of interference, host overhead or the "
+                             "optimizer step; set kappa_c, kappa_m, host_overhead and optimizer_s to 0")
+    if not isinstance(env, Environment):
+        raise CommscopeError(f"env must be a costmodels.Environment, got {type(env).__name__}")
+    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
+        raise CommscopeError(f"p must be a positive integer number of workers, got {p!r}")
+    cfg = Configurations(prof, np.array([[p]]), EnvironmentArray.of([env]).reshape(1, 1))
+    out = TERMS[entry.name](cfg, collective, True, **options)
+    details = {k: (float(v[0]) if isinstance(v, np.ndarray) and v.shape == (1,) else v) for k, v in out.details.items()}
+    return IterationResult(entry.name, int(p), float(out.time[0]), prof.compute_s + prof.optimizer_s,
+                           prof.batch_size, Timeline.of(out.events or []),
+                           {**details, "kappa_c": env.kappa_c, "kappa_m": env.kappa_m,
+                            "host_overhead": env.host_overhead})
 
 
 def schedules() -> list[str]:
@@ -224,13 +306,19 @@ def simulate(profile: ModelProfile, env: Environment, p: int, schedule: str = "w
     entry = SCHEDULES.get(schedule)
     p = int(p) if isinstance(p, np.integer) else p
     if compressor is None:
+        if isinstance(profile, ModelProfile) and isinstance(env, Environment) and has_terms(profile, env):
+            return _simulate_terms(entry, profile, env, p, collective, options)
         return entry.run(profile, env, p, collective, **options)
     if entry.name not in COMPRESSIBLE:
         raise CommscopeError(f"compression runs on top of the schedules {', '.join(COMPRESSIBLE)}; "
                              f"{entry.name} communicates shards, got compressor {compressor!r}")
     c = compress(profile, compressor)
     with compressing(c, p):
-        r = entry.run(c.profile, env, p, collective, **options)
-    return IterationResult(r.schedule, r.p, r.iteration_time, profile.compute_s, r.batch_size, r.timeline,
+        if isinstance(env, Environment) and has_terms(c.profile, env):
+            r = _simulate_terms(entry, c.profile, env, p, collective, options)
+        else:
+            r = entry.run(c.profile, env, p, collective, **options)
+    compute = profile.compute_s + profile.optimizer_s
+    return IterationResult(r.schedule, r.p, r.iteration_time, compute, r.batch_size, r.timeline,
                            {**r.details, "compressor": compressor, "wire_bytes": c.profile.grad_bytes,
                             "primitive": c.primitive})

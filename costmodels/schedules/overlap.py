@@ -4,7 +4,8 @@ Both are simulated over consecutive iterations until the pattern repeats: the fo
 in iteration k+1 may start only when layer l's parameters are updated, i.e. when its gradient of
 iteration k has been fully communicated. The reported ``iteration_time`` is the steady-state
 period (between the forward starts of the last two simulated iterations), and the timeline is
-that period's window, shifted to start at 0.
+that period's window, shifted to start at 0. With interference, host overhead or an optimizer step
+they run in ``terms_overlap`` (DeAR) and ``terms_bytescheduler``, which state where each pays o and the step.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..messages import Comm
 from ..profiles import ModelProfile
 from ..timeline import Event, Timeline
 from .blocks import DDP_BUCKET_BYTES, _bytes_option, _validated, bounded_buckets, decoupled, partitions, serial_ends
-from .core import SCHEDULES, B, C, Configurations, F, IterationResult, Schedule
+from .core import SCHEDULES, TERMS, B, C, Configurations, F, IterationResult, Schedule, U, has_terms, simulate
 
 ITERATIONS = 4  # the pattern repeats from the second iteration on; four leave a margin
 CommPlan = Callable[[np.ndarray, float], tuple[list[Event], np.ndarray, float]]
@@ -175,7 +176,8 @@ def best_dear_buffer(prof: ModelProfile, env: Environment, p: int, collective: s
     between consecutive distinct run sums. Candidates: every run sum in forward order and one
     threshold above the model size (a single group), deduplicated by the grouping they produce.
     DeAR's paper tunes this by Bayesian optimisation in [1, 256] MB; the exact search finds the
-    optimum of this model instead.
+    optimum of this model instead (with interference, host overhead or an optimizer step, each
+    grouping is timed by the schedule's task graph, :data:`~costmodels.schedules.core.TERMS`).
     """
     nbytes, _ = _validated(prof, env, p)
     csum = np.concatenate([[0.0], np.cumsum(nbytes)])
@@ -185,15 +187,17 @@ def best_dear_buffer(prof: ModelProfile, env: Environment, p: int, collective: s
     rs_name, ag_name = _dear_algorithms(collective)
     rs, ag = cfg.comm("reduce_scatter", rs_name, params), cfg.comm("allgather", ag_name, params)
     ends, first = np.unique(_bounded_ends(csum, runs), axis=0, return_index=True)  # one row per grouping
+    terms = has_terms(prof, env)
     best_cap, best_time = None, np.inf
     for row, cap in zip(ends, runs[first], strict=True):
         bounds = (0, *sorted(set(row.tolist())))
         groups = [list(range(a, b)) for a, b in itertools.pairwise(bounds)]
-        t = float(_dear_period(cfg, groups, rs, ag)[0])
+        t = float((TERMS["dear"](cfg, collective, False, buffer_bytes=float(cap), **params).time if terms else
+                   _dear_period(cfg, groups, rs, ag))[0])
         if t < best_time or (t == best_time and best_cap is not None and cap < best_cap):
             best_cap, best_time = float(cap), t
     assert best_cap is not None
-    return best_cap, _dear(prof, env, p, collective, buffer_bytes=best_cap, **params)
+    return best_cap, simulate(prof, env, p, "dear", collective, buffer_bytes=best_cap, **params)
 
 
 # ------------------------------------------------------------------------------ ByteScheduler
@@ -294,7 +298,7 @@ for _entry in (
              "Peng et al., 'A generic communication scheduler for distributed DNN training acceleration' "
              "(ByteScheduler), SOSP 2019; Jayarajan et al., P3, SysML 2019", "allreduce",
              {"partition_bytes": 4 * 2**20, "credit_bytes": 16 * 2**20}, _bytescheduler,
-             perfect_overlap=sp.Max(F + B, C), vectorized=_bytescheduler_kernel),
+             perfect_overlap=sp.Max(F + B + U, C), vectorized=_bytescheduler_kernel),
     Schedule("dear",
              "groups formed in forward order while below buffer_bytes; reduce-scatter of each group during "
              "backward, then one all-gather in flight at a time: group 0's after the step, group g+1's from "
@@ -303,6 +307,6 @@ for _entry in (
              "pipelining', ICDCS 2023 (arXiv 2302.12445); reference implementation dear/dopt_rsag.py "
              "(lzhangbv/dear_pytorch: _generate_groups_with_threshold, _forward_pre_hook, _bp_barrier; "
              "THRESHOLD = 25 MB)", "allreduce", {"buffer_bytes": DDP_BUCKET_BYTES},
-             _dear, perfect_overlap=sp.Max(F + B, C), vectorized=_dear_kernel),
+             _dear, perfect_overlap=sp.Max(F + B + U, C), vectorized=_dear_kernel),
 ):
     SCHEDULES.register(_entry)

@@ -4,7 +4,8 @@ Each iteration's communication ends within the iteration: per-tensor all-reduces
 (BSP) or as each gradient is ready (WFBP), fused buckets (fusion, MG-WFBP; DDP buckets dense bytes
 before its comm hook compresses them), through parameter servers with pipelined push and pull of
 partitions (ps), or a model average every H steps (local SGD). Every schedule has an event
-simulation and a vectorized kernel over many configurations.
+simulation and a vectorized kernel over many configurations. With interference, host overhead or an
+optimizer step they run as task graphs instead (``terms``, which states where each pays o and the step).
 """
 
 from __future__ import annotations
@@ -32,7 +33,19 @@ from .blocks import (
     partitions,
     serial_ends,
 )
-from .core import COMPRESSED, SCHEDULES, B, C, Configurations, F, IterationResult, Schedule
+from .core import (
+    COMPRESSED,
+    SCHEDULES,
+    B,
+    C,
+    Configurations,
+    F,
+    IterationResult,
+    O,
+    Schedule,
+    U,
+    interference_excess,
+)
 
 BYTEPS_PARTITION_BYTES = 4_096_000  # BytePS docs/env.md: "The default and recommended value is 4096000"
 
@@ -280,11 +293,12 @@ for _entry in (
              "of the link; C is the push direction's busy time (the pull's is the same)",
              "Jiang et al., BytePS, OSDI 2020 (partitioned push/pull pipeline; BYTEPS_PARTITION_BYTES default "
              "4096000, docs/env.md); flow-shop recurrences derived here", "allreduce",
-             {"k": None, "partition_bytes": BYTEPS_PARTITION_BYTES}, _ps, no_overlap=F + B + 2 * C,
+             {"k": None, "partition_bytes": BYTEPS_PARTITION_BYTES}, _ps,
+             no_overlap=F + B + U + 2 * C + O + interference_excess(F + B + U, 2 * C),
              vectorized=_ps_kernel),
     Schedule("local_sgd", "local steps, model averaged every H iterations (amortised time per iteration)",
              "Lin et al., 'Don't use large mini-batches, use local SGD', ICLR 2020; Stich, ICLR 2019", "allreduce",
-             {"H": 8}, _local_sgd, no_overlap=F + B + C, perfect_overlap=F + B,
+             {"H": 8}, _local_sgd, no_overlap=F + B + U + C + O, perfect_overlap=F + B + U,
              vectorized=_local_sgd_kernel),
 ):
     SCHEDULES.register(_entry)

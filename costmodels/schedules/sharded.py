@@ -21,7 +21,9 @@ consecutive layers reaching ``unit_bytes`` form the wrapped units and the layers
 end stay in the root; each wrapped unit is all-gathered before its forward (the next unit's
 all-gather issued when a unit's forward starts: forward prefetch), freed, all-gathered again before
 its backward (BACKWARD_PRE: the next unit's all-gather issued before this unit's backward), and
-reduce-scattered after it. The link serves messages in the order they are issued.
+reduce-scattered after it. The link serves messages in the order they are issued. With interference,
+host overhead or an optimizer step both run as task graphs (``terms_overlap``, which states where each
+pays o and its shard of the step).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from .blocks import (
     decoupled,
     greedy_buckets,
 )
-from .core import SCHEDULES, B, C, Configurations, F, IterationResult, Schedule
+from .core import SCHEDULES, B, C, Configurations, F, IterationResult, Schedule, U
 
 DEEPSPEED_BUCKET_ELEMENTS = 500_000_000  # zero_optimization reduce_bucket_size and allgather_bucket_size
 Emit = Callable[[str, int, float, float], None] | None
@@ -277,6 +279,6 @@ for _entry in (
              "Zhao et al., 'PyTorch FSDP: experiences on scaling fully sharded data parallel', VLDB 2023; torch "
              "fsdp/_runtime_utils.py (the root is not resharded after forward); Rajbhandari et al., SC 2020 "
              "(ZeRO stage 3)", "allgather", {"unit_bytes": None},
-             _fsdp, perfect_overlap=sp.Max(F + B, C), vectorized=_fsdp_kernel),
+             _fsdp, perfect_overlap=sp.Max(F + B + U, C), vectorized=_fsdp_kernel),
 ):
     SCHEDULES.register(_entry)

@@ -5,6 +5,10 @@ one array. Every registered schedule has a vectorized kernel (``Schedule.vectori
 advances all configurations through the same recurrences as :func:`simulate`, with the
 configurations on the arrays' leading axis (tested equal to 1e-12). A schedule registered without
 one runs :func:`simulate` once per configuration (``SweepResult.method`` says which).
+
+Configurations with interference or host overhead (or a profile with an optimizer step) run the
+schedule's entry of :data:`~costmodels.schedules.core.TERMS` (the piecewise-rate engine, all of them in
+lock-step); the others run the kernel, so a sweep may mix both.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from ..environment import Environment
 from ..environment_array import FIELDS, EnvironmentArray, as_environment_array
 from ..errors import CommscopeError
 from ..profiles import ModelProfile
-from .core import COMPRESSIBLE, SCHEDULES, Configurations, compress, compressing, simulate
+from .core import COMPRESSIBLE, SCHEDULES, TERMS, Compressed, Configurations, Schedule, compress, compressing, simulate
 
 CHUNK = 4096  # configurations per kernel call: bounds memory at CHUNK x layers floats per array
 
@@ -78,6 +82,30 @@ def _configurations(envs: EnvironmentArray, p: np.ndarray, lo: int, hi: int) -> 
                                           descriptors=envs.descriptors)
 
 
+def _chunk(entry: Schedule, prof: ModelProfile, squeezed: Compressed | None, ps: np.ndarray, es: EnvironmentArray,
+           collective: str | None, options: dict[str, Any]) -> np.ndarray:
+    """Iteration times of one chunk: the kernel where every term is 0, :data:`TERMS` elsewhere."""
+    terms = es.has_terms.reshape(-1) | (prof.optimizer_s > 0)
+    if terms.any() and entry.name not in TERMS:
+        raise CommscopeError(f"the {entry.name} schedule has no model of interference, host overhead or the "
+                             "optimizer step; set kappa_c, kappa_m, host_overhead and optimizer_s to 0")
+    out = np.empty(len(ps))
+    for on in (False, True):
+        sel = terms == on
+        if not sel.any():
+            continue
+        idx = np.flatnonzero(sel)
+        p, e = (ps, es) if sel.all() else (ps[idx], EnvironmentArray(**{f: getattr(es, f)[idx] for f in FIELDS},
+                                                                     names=es.names[idx], descriptors=es.descriptors))
+        # decoding per received byte depends on p: the wire is set for each chunk's configurations
+        with nullcontext() if squeezed is None else compressing(squeezed, p):
+            cfg = Configurations(prof, p, e)
+            assert entry.vectorized is not None
+            out[idx] = TERMS[entry.name](cfg, collective, False, **options).time if on else \
+                entry.vectorized(cfg, collective, **options)
+    return out
+
+
 def sweep(profile: ModelProfile, envs: Environment | Sequence[Environment] | EnvironmentArray, p: Any,
           schedule: str = "wfbp", collective: str | None = None, compressor: str | None = None,
           **options: Any) -> SweepResult:
@@ -102,7 +130,8 @@ def sweep(profile: ModelProfile, envs: Environment | Sequence[Environment] | Env
                  for idx, sub in grid.groups()]
         for idx, part in parts:
             times[idx] = part.iteration_time.reshape(len(idx), len(ranks))
-        return SweepResult(entry.name, profile.name, ranks, grid, times.reshape(shape), profile.compute_s,
+        return SweepResult(entry.name, profile.name, ranks, grid, times.reshape(shape),
+                           profile.compute_s + profile.optimizer_s,
                            profile.batch_size, parts[0][1].method, compressor)
     total = grid.size * len(ranks)
     if entry.vectorized is None:
@@ -111,8 +140,9 @@ def sweep(profile: ModelProfile, envs: Environment | Sequence[Environment] | Env
                      entry.name, collective, compressor, **options).iteration_time
             for c in range(total)
         ])
-        return SweepResult(entry.name, profile.name, ranks, grid, times.reshape(shape), profile.compute_s,
-                           profile.batch_size, "per-configuration loop", compressor)
+        return SweepResult(entry.name, profile.name, ranks, grid, times.reshape(shape),
+                           profile.compute_s + profile.optimizer_s, profile.batch_size, "per-configuration loop",
+                           compressor)
     squeezed = None
     if compressor is not None:
         if entry.name not in COMPRESSIBLE:
@@ -124,8 +154,6 @@ def sweep(profile: ModelProfile, envs: Environment | Sequence[Environment] | Env
     for lo in range(0, total, CHUNK):
         hi = min(total, lo + CHUNK)
         ps, es = _configurations(grid, ranks, lo, hi)
-        # decoding per received byte depends on p: the wire is set for each chunk's configurations
-        with nullcontext() if squeezed is None else compressing(squeezed, ps):
-            out[lo:hi] = entry.vectorized(Configurations(prof, ps, es), collective, **options)
-    return SweepResult(entry.name, profile.name, ranks, grid, out.reshape(shape), profile.compute_s,
-                       profile.batch_size, "vectorized", compressor)
+        out[lo:hi] = _chunk(entry, prof, squeezed, ps, es, collective, options)
+    return SweepResult(entry.name, profile.name, ranks, grid, out.reshape(shape),
+                       profile.compute_s + profile.optimizer_s, profile.batch_size, "vectorized", compressor)

@@ -1,0 +1,214 @@
+"""The piecewise-rate engine: compute and communication that slow each other while both run.
+
+A schedule with interference, host overhead or an optimizer step (issue 16) is a :class:`Graph` of
+tasks on streams (host threads, CUDA streams, directions of the link). Each task has a kind:
+
+* ``COMPUTE``: kernels of the compute stream (forward, backward, the optimizer step);
+* ``COMM``: a message of a collective on the link;
+* ``HOST``: LogP's o (Culler et al., PPoPP 1993), time of the thread that issues a message: it delays
+  what comes after it on that thread, and neither slows nor is slowed by anything else.
+
+A stream runs its tasks in order; a task may also wait for one task of another stream (a gradient
+before its message, a message before the compute that needs its result). ``work`` is a task's
+duration when it runs alone.
+
+**Derivation (derived here).** Let c(t) = 1 while a COMPUTE task runs and m(t) = 1 while a COMM task
+runs. A running COMPUTE task progresses at rate 1 / (1 + kappa_c m(t)), a COMM task at
+1 / (1 + kappa_m c(t)), a HOST task at 1. Between two consecutive events (a task starting or ending)
+the set of running tasks, and so every rate, is constant. With rem_i the work task i has left and
+s_i in {1, 1 + kappa_c, 1 + kappa_m} its slowdown over the current interval,
+
+    t' = t + dt,   dt = min_i rem_i s_i,   rem_i <- rem_i - dt / s_i,
+
+the tasks reaching 0 end at t', and a stream whose next task's dependency has ended starts it at t'.
+Each step ends at least one task, so a graph of T tasks takes at most T steps, and the times are
+exact: progress is piecewise linear in time with breakpoints at the events. At kappa_c = kappa_m = 0
+every s_i = 1 and the recurrence is the schedules' own (``serial_ends``: e_j = max(e_{j-1}, r_j) + dt_j).
+
+Example (one message of work M issued at the start of a compute segment of work W, with
+W >= M (1 + kappa_m) / (1 + kappa_c)): both run for M (1 + kappa_m), when the message ends; the
+segment has done M (1 + kappa_m) / (1 + kappa_c) and ends at W + M (1 + kappa_m) kappa_c / (1 + kappa_c).
+
+:func:`run_many` advances C configurations in lock-step (one event per configuration per step, arrays
+of shape (C, streams)); :func:`run_one` is the same recurrence in plain Python for one configuration,
+recording each task's start and end for the timeline.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import CommscopeError
+from ..timeline import Event
+
+HOST, COMPUTE, COMM = 0, 1, 2
+
+
+@dataclass(frozen=True, eq=False)
+class Frozen:
+    """A built graph: T tasks sorted by stream (each stream's tasks contiguous, in order), plus a sentinel.
+
+    ``dep[i]`` is the task i waits for (-1: none) and ``dep_stream[i]`` its stream; ``work`` is (C, T + 1)
+    with a zero sentinel column; ``off[s]:off[s + 1]`` are stream s's tasks.
+    """
+
+    streams: tuple[str, ...]
+    stream: np.ndarray
+    kind: np.ndarray
+    dep: np.ndarray
+    dep_stream: np.ndarray
+    work: np.ndarray
+    off: np.ndarray
+    labels: tuple[tuple[str, str], ...]
+    nbytes: np.ndarray
+
+    @property
+    def tasks(self) -> int:
+        return len(self.stream) - 1
+
+    def total(self, kind: int, stream: str | None = None) -> np.ndarray:
+        """Work of all tasks of ``kind`` (on one stream), per configuration."""
+        sel = self.kind[:-1] == kind
+        if stream is not None:
+            sel &= self.stream[:-1] == self.streams.index(stream)
+        return self.work[:, :-1][:, sel].sum(axis=1)
+
+
+class Graph:
+    """Tasks added in any order; ``key`` orders the tasks of a stream (ties keep the order of adding)."""
+
+    def __init__(self, configs: int) -> None:
+        self.configs = configs
+        self.streams: list[str] = []
+        self._parts: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list, np.ndarray]] = []
+        self._count = 0
+
+    def add(self, stream: str, kind: int, work: Any, key: Any, dep: Any = -1,
+            labels: Sequence[tuple[str, str]] | tuple[str, str] = ("", ""), nbytes: Any = 0.0) -> np.ndarray:
+        """Add n tasks to ``stream``: ``work`` of shape (n,), (C, n) or a scalar, ``key`` (n,) their places on
+        the stream, ``dep`` (n,) the ids of the tasks they wait for (-1: none). Returns their ids."""
+        key = np.atleast_1d(np.asarray(key, dtype=float))
+        n = len(key)
+        work = np.broadcast_to(np.asarray(work, dtype=float), (self.configs, n))
+        dep = np.broadcast_to(np.asarray(dep, dtype=np.int64), (n,))
+        labels = [labels] * n if isinstance(labels, tuple) else list(labels)
+        if stream not in self.streams:
+            self.streams.append(stream)
+        ids = np.arange(self._count, self._count + n)
+        self._parts.append((self.streams.index(stream), kind, key, work, dep,
+                            np.broadcast_to(np.asarray(nbytes, dtype=float), (n,)), labels, ids))
+        self._count += n
+        return ids
+
+    def freeze(self, merge: bool = False) -> Frozen:
+        """Sort by (stream, key); with ``merge``, runs of tasks of one kind on one stream that nothing waits
+        between are joined into one task (the same times: nothing can happen at the joints)."""
+        stream = np.concatenate([np.full(len(p[2]), p[0]) for p in self._parts])
+        kind = np.concatenate([np.full(len(p[2]), p[1]) for p in self._parts])
+        key = np.concatenate([p[2] for p in self._parts])
+        work = np.concatenate([p[3] for p in self._parts], axis=1)
+        dep = np.concatenate([p[4] for p in self._parts])
+        nbytes = np.concatenate([p[5] for p in self._parts])
+        labels = [lab for p in self._parts for lab in p[6]]
+        order = np.lexsort((np.arange(len(key)), key, stream))
+        inv = np.empty_like(order)
+        inv[order] = np.arange(len(order))
+        stream, kind, work, nbytes = stream[order], kind[order], work[:, order], nbytes[order]
+        dep = np.where(dep[order] >= 0, inv[np.maximum(dep[order], 0)], -1)
+        labels = [labels[i] for i in order]
+        if merge:  # within a run only the last task can be waited for, so waits move to the merged task
+            waited = np.zeros(len(stream), dtype=bool)
+            waited[dep[dep >= 0]] = True
+            joint = np.zeros(len(stream), dtype=bool)  # task i joins task i - 1
+            joint[1:] = (stream[1:] == stream[:-1]) & (kind[1:] == kind[:-1]) & (dep[1:] < 0) & ~waited[:-1]
+            heads = np.flatnonzero(~joint)
+            new = np.cumsum(~joint) - 1
+            work, nbytes = np.add.reduceat(work, heads, axis=1), np.add.reduceat(nbytes, heads)
+            dep = np.where(dep[heads] >= 0, new[np.maximum(dep[heads], 0)], -1)
+            stream, kind, labels = stream[heads], kind[heads], [labels[i] for i in heads]
+        off = np.searchsorted(stream, np.arange(len(self.streams) + 1))
+        dep_stream = np.where(dep >= 0, stream[np.maximum(dep, 0)], 0)
+        return Frozen(tuple(self.streams), np.append(stream, -1), np.append(kind, HOST), np.append(dep, -1),
+                      np.append(dep_stream, 0), np.concatenate([work, np.zeros((len(work), 1))], axis=1), off,
+                      (*labels, ("", "")), np.append(nbytes, 0.0))
+
+
+def run_many(g: Frozen, kappa_c: np.ndarray, kappa_m: np.ndarray) -> np.ndarray:
+    """End of the last task of every configuration (rows of ``g.work``), by the module's recurrence.
+
+    State is (streams, configurations), so that what concerns all streams of a configuration is a
+    reduction over the short leading axis.
+    """
+    c, sentinel = g.work.shape[0], g.tasks
+    cols = np.arange(c)[None, :]
+    kc, km = np.reshape(kappa_c, (1, -1)), np.reshape(kappa_m, (1, -1))
+    stop = g.off[1:, None]
+    pos = np.repeat(g.off[:-1, None], c, axis=1)
+    rem = g.work[cols, np.where(pos < stop, pos, sentinel)]
+    t = np.zeros(c)
+    while True:
+        live = pos < stop
+        if not live.any():
+            return t
+        cur = np.where(live, pos, sentinel)
+        d = g.dep[cur]
+        run = live & ((d < 0) | (pos[g.dep_stream[cur], cols] > d))
+        k = g.kind[cur]
+        is_comp, is_comm = run & (k == COMPUTE), run & (k == COMM)
+        slow = 1.0 + np.where(is_comp, kc * is_comm.any(axis=0), np.where(is_comm, km * is_comp.any(axis=0), 0.0))
+        need = np.where(run, rem * slow, np.inf)
+        dt = need.min(axis=0)
+        if not np.isfinite(dt).all():
+            if np.any(live.any(axis=0) & ~np.isfinite(dt)):
+                raise CommscopeError("internal error: a schedule's task graph waits on itself")
+            dt = np.where(np.isfinite(dt), dt, 0.0)
+        t = t + dt
+        fin = run & (need <= dt)
+        rem = np.where(run, np.maximum(rem - dt / slow, 0.0), rem)
+        pos = pos + fin
+        rem = np.where(fin, g.work[cols, np.where(pos < stop, pos, sentinel)], rem)
+
+
+def run_one(g: Frozen, kappa_c: float, kappa_m: float, row: int = 0) -> tuple[float, list[float], list[float]]:
+    """:func:`run_many` for one configuration in plain Python: (end, start of each task, end of each task)."""
+    work, kind, dep, dstream = g.work[row].tolist(), g.kind.tolist(), g.dep.tolist(), g.dep_stream.tolist()
+    stop = g.off[1:].tolist()
+    pos = g.off[:-1].tolist()
+    streams = range(len(pos))
+    rem = [work[pos[s]] if pos[s] < stop[s] else 0.0 for s in streams]
+    starts, ends = [math.nan] * g.tasks, [math.nan] * g.tasks
+    t = 0.0
+    while any(pos[s] < stop[s] for s in streams):
+        run = [s for s in streams if pos[s] < stop[s] and (dep[pos[s]] < 0 or pos[dstream[pos[s]]] > dep[pos[s]])]
+        if not run:
+            raise CommscopeError("internal error: a schedule's task graph waits on itself")
+        comp = any(kind[pos[s]] == COMPUTE for s in run)
+        comm = any(kind[pos[s]] == COMM for s in run)
+        slow = {s: 1.0 + (kappa_c * comm if kind[pos[s]] == COMPUTE else kappa_m * comp if kind[pos[s]] == COMM
+                          else 0.0) for s in run}
+        need = {s: rem[s] * slow[s] for s in run}
+        dt = min(need.values())
+        for s in run:
+            if math.isnan(starts[pos[s]]):
+                starts[pos[s]] = t
+        t = t + dt
+        for s in run:
+            if need[s] <= dt:
+                ends[pos[s]] = t
+                pos[s] += 1
+                rem[s] = work[pos[s]] if pos[s] < stop[s] else 0.0
+            else:
+                rem[s] = max(rem[s] - dt / slow[s], 0.0)
+    return t, starts, ends
+
+
+def events(g: Frozen, starts: list[float], ends: list[float], rename: dict[str, str] | None = None) -> list[Event]:
+    """The tasks of :func:`run_one` as timeline events (``labels``: (event kind, label) of each task)."""
+    names = [(rename or {}).get(s, s) for s in g.streams]
+    return [Event(names[int(g.stream[i])], g.labels[i][0], g.labels[i][1], starts[i], ends[i], float(g.nbytes[i]))
+            for i in range(g.tasks) if g.labels[i][0]]

@@ -1,0 +1,219 @@
+"""Interference, host overhead and the optimizer step in BSP, WFBP, fusion, MG-WFBP, ps and local SGD.
+
+Each schedule becomes a task graph on the piecewise-rate engine (:mod:`.engine`, where the interference
+recurrence is derived); where interference, host overhead and the optimizer step are all 0 the graph
+gives the schedule's own recurrences (tested to 1e-12). Placements, and their sources:
+
+* **bsp**: the messages are issued after backward, one after the other from the training thread (o each,
+  serial on that thread, pipelined with the link: message j starts at max(link free, F + B + (j+1) o));
+  the optimizer step once every message has ended. Communication never overlaps compute: interference
+  has no effect.
+* **wfbp**, **fusion**, **mgwfbp**: PyTorch DDP issues a bucket's all-reduce from the autograd hook of its
+  last gradient (``reducer.cpp``: ``mark_variable_ready`` -> ``all_reduce_bucket``), on the backward
+  thread, so o delays the backward of the layers after it; Horovod and MG-WFBP's ``dopt.py`` likewise
+  enqueue from the gradient hooks. A bucket's further messages (PowerSGD's P and Q, chained by futures)
+  pay no o on that thread. The optimizer step after the last message (``optimizer.step()`` after
+  ``backward()``, whose end waits for the buckets). MG-WFBP plans its merges with its own model:
+  interference-free layer times and a per-message saving a = latency + o.
+* **ps** (BytePS): pushes and pulls are issued by communication threads (BytePS's per-stage loops):
+  o is serial with that thread's other issues, not with compute; push j is issued once its tensor's
+  gradient is ready, pull j once push j has been summed. The optimizer step after the last pull.
+* **local_sgd**: no overlap: F + B + the local step every iteration, and the averaging (o + its
+  all-reduce) every H steps.
+
+Interference slows a compute task while any message (ps: a push or a pull) is in flight, by the same
+1 + kappa_c; the optimizer step is compute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..errors import CommscopeError
+from ..timeline import Event
+from .blocks import DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, _bytes_option, chained_prices
+from .core import TERMS, Configurations, TermsRun
+from .engine import COMM, COMPUTE, HOST, Graph, events, run_many, run_one
+from .sequential import BYTEPS_PARTITION_BYTES, _fusion_buckets, _ps_plan
+
+KEY_END = 1e9  # place of the optimizer step on the compute stream, after everything else
+
+
+def compute_stream(g: Graph, cfg: Configurations) -> np.ndarray:
+    """Forward (keys below 0) then backward from the last layer (key 2j for the j-th in backward order,
+    so that a task at 2j + 1 comes right after it); returns each layer's backward task id."""
+    prof = cfg.prof
+    n = len(prof)
+    names = [x.name for x in prof.layers]
+    g.add("compute", COMPUTE, np.array(prof.column("forward_s")), np.arange(n) - 2.0 * n - 2,
+          labels=[("forward", x) for x in names])
+    back = np.arange(n - 1, -1, -1)
+    ids = g.add("compute", COMPUTE, np.array(prof.column("backward_s"))[back], 2.0 * np.arange(n),
+                labels=[("backward", names[i]) for i in back])
+    return ids[::-1]  # by layer index
+
+
+def after(layer: int, n: int) -> float:
+    """Key of a task right after ``layer``'s backward on the compute stream."""
+    return 2.0 * (n - 1 - layer) + 1
+
+
+def group_label(names: list[str], g: list[int]) -> str:
+    return names[g[0]] if len(g) == 1 else f"{names[g[-1]]}..{names[g[0]]} ({len(g)})"
+
+
+def run_graph(g: Graph, cfg: Configurations, record: bool, optimizer: Any, **details: Any) -> TermsRun:
+    """Run the graph: the timeline of one configuration (``record``), or the times of all of them."""
+    kc, km = cfg.env.kappa_c.reshape(-1), cfg.env.kappa_m.reshape(-1)
+    if record:
+        f = g.freeze()
+        end, starts, ends = run_one(f, float(kc[0]), float(km[0]))
+        time, evs = np.array([end]), events(f, starts, ends)
+        sends = int(cfg.p.reshape(-1)[0]) > 1  # p = 1 sends nothing: no messages on the timeline
+        evs = [e for e in evs if (e.kind != "issue" or e.end > e.start) and (sends or e.stream == "compute")]
+    else:
+        f = g.freeze(merge=True)
+        time, evs = run_many(f, kc, km), None
+    return TermsRun(time, evs, {**details, "communication_s": f.total(COMM, "comm"), "host_overhead_s": f.total(HOST),
+                                "optimizer_s": np.broadcast_to(np.asarray(optimizer, float), time.shape).copy()})
+
+
+def messages_in_order(cfg: Configurations, groups: list[list[int]], times: np.ndarray, record: bool,
+                      kind: str = "allreduce", after_backward: bool = False, **details: Any) -> TermsRun:
+    """Messages of ``groups`` (backward order) on one link, each issued (o on the compute stream) after the
+    backward of its last gradient, or all after backward (``after_backward``: BSP); then the optimizer step."""
+    prof = cfg.prof
+    n, names = len(prof), [x.name for x in prof.layers]
+    g = Graph(len(cfg.p))
+    compute_stream(g, cfg)
+    nbytes = np.array(cfg.prof.column("grad_bytes"))
+    keys = (2.0 * n + np.arange(len(groups)) if after_backward else np.array([after(min(x), n) for x in groups]))
+    issue = g.add("compute", HOST, cfg.overhead, keys, labels=[("issue", group_label(names, x)) for x in groups])
+    sent = g.add("comm", COMM, times, np.arange(len(groups)), dep=issue,
+                 labels=[(kind, group_label(names, x)) for x in groups], nbytes=[nbytes[x].sum() for x in groups])
+    g.add("compute", COMPUTE, prof.optimizer_s, KEY_END, dep=sent[-1], labels=("optimizer", "step"))
+    return run_graph(g, cfg, record, prof.optimizer_s, **details)
+
+
+def _per_tensor(cfg: Configurations, collective: str | None, record: bool, params: Mapping[str, Any],
+                after_backward: bool) -> TermsRun:
+    n = len(cfg.prof)
+    groups = [[i] for i in range(n - 1, -1, -1)]
+    times = cfg.comm("allreduce", collective, params)(cfg.nbytes[::-1][None, :])
+    return messages_in_order(cfg, groups, times, record, after_backward=after_backward,
+                             messages=n if int(cfg.p.max()) > 1 else 0)
+
+
+def _bsp(cfg: Configurations, collective: str | None, record: bool, **params: Any) -> TermsRun:
+    return _per_tensor(cfg, collective, record, params, after_backward=True)
+
+
+def _wfbp(cfg: Configurations, collective: str | None, record: bool, **params: Any) -> TermsRun:
+    return _per_tensor(cfg, collective, record, params, after_backward=False)
+
+
+def _fusion(cfg: Configurations, collective: str | None, record: bool, *, bucket_bytes: Any = DDP_BUCKET_BYTES,
+            first_bucket_bytes: Any = DDP_FIRST_BUCKET_BYTES, **params: Any) -> TermsRun:
+    cap = _bytes_option("bucket_bytes", bucket_bytes)
+    first = _bytes_option("first_bucket_bytes", first_bucket_bytes)
+    groups, sizes = _fusion_buckets(cfg.prof, cap, first)
+    times = chained_prices(cfg.comm("allreduce", collective, params), sizes)
+    return messages_in_order(cfg, groups, times, record, buckets=len(groups))
+
+
+def mgwfbp_plan(cfg: Configurations, comm: Any) -> tuple[np.ndarray, np.ndarray]:
+    """MG-WFBP's merges for every configuration (``sequential.mgwfbp_groups``, a = latency + o), by layer:
+    whether a group's message goes after that layer's backward, and the bytes of that group."""
+    a = comm.latency()[:, 0] + cfg.overhead[:, 0]
+    nbytes, ready = cfg.nbytes, cfg.ready
+    last = len(nbytes) - 1
+    close, size = np.zeros((len(a), last + 1), dtype=bool), np.zeros((len(a), last + 1))
+    link = np.zeros(len(a))
+    group_bytes, group_ready = np.full(len(a), nbytes[last]), np.full(len(a), ready[last])
+    for nxt in range(last - 1, -1, -1):
+        start = np.maximum(link, group_ready)
+        shut = ready[nxt] >= start + a
+        if shut.any():
+            close[:, nxt + 1], size[:, nxt + 1] = shut, np.where(shut, group_bytes, 0.0)
+            link = np.where(shut, start + comm(group_bytes[:, None])[:, 0], link)
+            group_bytes = np.where(shut, 0.0, group_bytes)
+            group_ready = np.where(shut, ready[nxt], np.maximum(group_ready, ready[nxt]))
+        else:
+            group_ready = np.maximum(group_ready, ready[nxt])
+        group_bytes = group_bytes + nbytes[nxt]
+    close[:, 0], size[:, 0] = True, group_bytes
+    return close, size
+
+
+def _mgwfbp(cfg: Configurations, collective: str | None, record: bool, **params: Any) -> TermsRun:
+    """A possible message after every layer, of no work where MG-WFBP's plan does not close a group there."""
+    comm = cfg.comm("allreduce", collective, params)
+    prof = cfg.prof
+    n, names = len(prof), [x.name for x in prof.layers]
+    close, size = mgwfbp_plan(cfg, comm)
+    back = np.arange(n - 1, -1, -1)
+    close, size = close[:, back], size[:, back]  # backward order
+    times = np.where(close, comm(size), 0.0)
+    g = Graph(len(cfg.p))
+    compute_stream(g, cfg)
+    groups, cur = {}, []  # the first configuration's groups, by the position of their message (timeline labels)
+    for j, i in enumerate(back):
+        cur.append(int(i))
+        if close[0, j]:
+            groups[j], cur = cur, []
+    label = [group_label(names, groups[j]) if j in groups else "" for j in range(n)]
+    issue = g.add("compute", HOST, np.where(close, cfg.overhead, 0.0), [after(i, n) for i in back],
+                  labels=[("issue", x) if x else ("", "") for x in label])
+    sent = g.add("comm", COMM, times, np.arange(n), dep=issue, nbytes=size[0],
+                 labels=[("allreduce", x) if x else ("", "") for x in label])
+    g.add("compute", COMPUTE, prof.optimizer_s, KEY_END, dep=sent[-1], labels=("optimizer", "step"))
+    return run_graph(g, cfg, record, prof.optimizer_s, groups=close.sum(axis=1) if int(cfg.p.max()) > 1 else 0)
+
+
+def _ps(cfg: Configurations, collective: str | None, record: bool, *, k: int | None = None,
+        partition_bytes: Any = BYTEPS_PARTITION_BYTES, **params: Any) -> TermsRun:
+    """BytePS: push and pull of each partition on the two directions of the link, each issued (o) by its
+    communication thread; see ``sequential._push_pull`` for the pipeline."""
+    layer_of, size_of, ps_params = _ps_plan(cfg.nbytes, collective, k, partition_bytes, params)
+    half = cfg.comm("allreduce", "parameter_server", ps_params)(size_of[None, :]) / 2
+    names = [x.name for x in cfg.prof.layers]
+    g = Graph(len(cfg.p))
+    bwd = compute_stream(g, cfg)
+    j = np.arange(len(size_of))
+    lab = [names[i] for i in layer_of]
+    push_issue = g.add("push thread", HOST, cfg.overhead, j, dep=bwd[layer_of], labels=[("issue", x) for x in lab])
+    push = g.add("comm", COMM, half, j, dep=push_issue, labels=[("push", x) for x in lab], nbytes=size_of)
+    pull_issue = g.add("pull thread", HOST, cfg.overhead, j, dep=push, labels=[("issue", x) for x in lab])
+    pull = g.add("pull", COMM, half, j, dep=pull_issue, labels=[("pull", x) for x in lab], nbytes=size_of)
+    g.add("compute", COMPUTE, cfg.prof.optimizer_s, KEY_END, dep=pull[-1], labels=("optimizer", "step"))
+    return run_graph(g, cfg, record, cfg.prof.optimizer_s, servers=int(cfg.p.max()) if k is None else k,
+                     partitions=len(size_of))
+
+
+def _local_sgd(cfg: Configurations, collective: str | None, record: bool, *, H: int = 8, **params: Any) -> TermsRun:
+    if isinstance(H, bool) or not isinstance(H, (int, np.integer)) or H < 1:
+        raise CommscopeError(f"H (local steps between averagings) must be a positive integer, got {H!r}")
+    prof = cfg.prof
+    total = float(cfg.nbytes.sum())
+    averaging = cfg.comm("allreduce", collective, params)(np.array([[total]]))[:, 0] + cfg.overhead[:, 0]
+    step = prof.compute_s + prof.optimizer_s
+    evs = None
+    if record:
+        g = Graph(1)
+        compute_stream(g, cfg)
+        f = g.freeze()
+        evs = events(f, *run_one(f, 0.0, 0.0)[1:])
+        evs.append(Event("compute", "optimizer", "step", prof.compute_s, step))
+        if int(cfg.p.reshape(-1)[0]) > 1:
+            evs.append(Event("comm", "allreduce", f"model average (every {H} steps)", step,
+                             step + float(averaging[0]), total))
+    return TermsRun(step + averaging / H, evs,
+                    {"H": H, "averaging_time": averaging, "step_with_averaging": step + averaging,
+                     "communication_s": averaging - cfg.overhead[:, 0], "host_overhead_s": cfg.overhead[:, 0],
+                     "optimizer_s": np.full(len(averaging), prof.optimizer_s)})
+
+
+TERMS.update(bsp=_bsp, wfbp=_wfbp, fusion=_fusion, mgwfbp=_mgwfbp, ps=_ps, local_sgd=_local_sgd)
