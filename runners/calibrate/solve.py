@@ -4,9 +4,11 @@ With the network terms (alpha, beta, gamma) fixed by the sweep, the iteration te
 slowed while a collective is in flight), ``kappa_m`` (communication slowed while compute runs) and
 ``host_overhead`` (LogP's o, seconds per message on the issuing thread) are found by least squares on the
 relative error of every cell, ``r_i = predicted_i(theta) / measured_i - 1``, each term >= 0
-(``scipy.optimize.least_squares``; the predictions are ``costmodels.simulate`` of each cell's schedule, so
-the Jacobian is taken by finite differences). Terms that no cell is sensitive to (kappa_c and kappa_m when
-no technique overlaps) are reported as not identifiable and kept at 0.
+(``scipy.optimize.least_squares``; the predictions are ``costmodels.sweep`` of each cell's schedule over the
+base point and a forward step in every term at once: the Jacobian by forward differences). Terms that no
+cell is sensitive to (kappa_c and kappa_m when no technique overlaps) are reported as not identifiable and
+kept at 0; terms whose interval is wider than ten times their value (kappa_c against kappa_m when every
+overlapping cell is communication-bound) are reported as not separable.
 
 Confidence intervals (95%): cov = s^2 (J^T J)^-1 with s^2 = RSS / (N - k) and Student's t with N - k
 degrees of freedom, as for the sweep fit (:mod:`runners.measure.fit.least_squares`).
@@ -17,10 +19,12 @@ and that technique's cells are predicted; its error there is what a person who n
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,20 +39,33 @@ UNITS = {"kappa_c": "", "kappa_m": "", "host_overhead": "s/message"}
 # scale of each term in the solver's variables (O(1) steps): kappas as they are, the overhead in ms
 SCALE = {"kappa_c": 1.0, "kappa_m": 1.0, "host_overhead": 1e-3}
 START = {"kappa_c": 0.05, "kappa_m": 0.05, "host_overhead": 1e-4}
+STEP = 1e-4  # forward-difference step in the solver's units (kappa 1e-4, overhead 0.1 us)
 IDENTIFIABLE = 1e-6  # a term whose Jacobian column has a smaller norm (relative error per unit) is not seen
+
+
+def predict_grid(cells: Sequence[Cell], envs: Sequence[cm.Environment]) -> np.ndarray:
+    """Predicted seconds per iteration of every cell (columns) in every environment (rows), one vectorized sweep
+    per distinct (technique, options, model, p); NaN where a cell cannot be predicted."""
+    from runners.validate.prediction import predict_many
+
+    out = np.full((len(envs), len(cells)), math.nan)
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, c in enumerate(cells):
+        key = (c.technique, json.dumps(dict(c.options), sort_keys=True, default=str), c.model, c.p, id(c.profile))
+        groups.setdefault(key, []).append(i)
+    for idx in groups.values():
+        c = cells[idx[0]]
+        try:
+            col = predict_many(c.technique, c.options, c.profile, envs, c.p)
+        except CommscopeError:
+            continue
+        out[:, idx] = col[:, None]
+    return out
 
 
 def predict_cells(cells: Sequence[Cell], env: cm.Environment) -> np.ndarray:
     """Predicted seconds per iteration of every cell in ``env`` (NaN where a cell cannot be predicted)."""
-    from runners.validate.prediction import predict
-
-    out = np.empty(len(cells))
-    for i, c in enumerate(cells):
-        try:
-            out[i] = predict(c.technique, c.options, c.profile, env, c.p)[0]
-        except CommscopeError:
-            out[i] = math.nan
-    return out
+    return predict_grid(cells, [env])[0]
 
 
 def with_terms(env: cm.Environment, values: Mapping[str, float]) -> cm.Environment:
@@ -56,26 +73,40 @@ def with_terms(env: cm.Environment, values: Mapping[str, float]) -> cm.Environme
     return replace(env, **{k: float(v) for k, v in values.items()})
 
 
-def _fit(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str]) -> tuple[dict[str, TermFit], np.ndarray]:
-    """Least squares of ``terms`` over ``cells`` (others kept as in ``env``); the fits and the relative errors."""
+def _fit(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str], start: Mapping[str, float] | None = None
+         ) -> tuple[dict[str, TermFit], np.ndarray]:
+    """Least squares of ``terms`` over ``cells`` (others kept as in ``env``) from ``start`` (default ``START``);
+    the fits and the relative errors."""
     from scipy import optimize, stats
 
     measured = np.array([c.measured_s for c in cells])
     free = list(terms)
 
+    def envs_at(x: np.ndarray, names: Sequence[str], step: float = 0.0) -> list[cm.Environment]:
+        base = {k: max(v, 0.0) * SCALE[k] for k, v in zip(names, x, strict=True)}
+        out = [with_terms(env, base)]
+        if step:
+            for k in names:
+                out.append(with_terms(env, {**base, k: base[k] + step * SCALE[k]}))
+        return out
+
     def residual(x: np.ndarray, names: Sequence[str]) -> np.ndarray:
-        e = with_terms(env, {k: max(v, 0.0) * SCALE[k] for k, v in zip(names, x, strict=True)})
-        r = predict_cells(cells, e) / measured - 1.0
+        r = predict_grid(cells, envs_at(x, names))[0] / measured - 1.0
         return np.where(np.isfinite(r), r, 0.0)
 
+    def jacobian(x: np.ndarray, names: Sequence[str]) -> np.ndarray:  # forward differences, one sweep per cell
+        grid = predict_grid(cells, envs_at(x, names, STEP)) / measured
+        grid = np.where(np.isfinite(grid), grid, 0.0)
+        return ((grid[1:] - grid[0]) / STEP).T
+
     fits: dict[str, TermFit] = {}
-    x = np.array([START[k] / SCALE[k] for k in free])
+    x = np.array([max((start or START).get(k, START[k]), STEP * SCALE[k]) / SCALE[k] for k in free])
     sol = None
     for _ in range(len(TERMS) + 1):  # drop the terms nothing is sensitive to, then refit the rest
         if not free:
             break
-        sol = optimize.least_squares(residual, x, args=(free,), bounds=(0.0, np.inf), diff_step=1e-3,
-                                     x_scale=1.0, max_nfev=60)
+        sol = optimize.least_squares(residual, x, jac=jacobian, args=(free,), bounds=(0.0, np.inf), x_scale=1.0,
+                                     ftol=1e-6, xtol=1e-4, max_nfev=40)
         norms = np.linalg.norm(sol.jac, axis=0)
         blind = [k for k, n in zip(free, norms, strict=True) if n < IDENTIFIABLE]
         if not blind:
@@ -105,8 +136,11 @@ def _fit(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str]) -> tu
                 fits[t] = TermFit(t, values[t], "fitted", note=why)
                 continue
             se = math.sqrt(cov[i, i])
+            note = ""
+            if tq * se > max(10.0 * values[t], 10.0 * SCALE[t]):
+                note = "not separable from the other terms on these cells: measure more techniques or regimes"
             fits[t] = TermFit(t, values[t], "fitted", ci95=(max(values[t] - tq * se, 0.0), values[t] + tq * se),
-                              stderr=se)
+                              stderr=se, note=note)
     return {t: fits[t] for t in terms if t in fits}, rel
 
 
@@ -119,14 +153,17 @@ def _require_mix(cells: Sequence[Cell], what: str) -> None:
             f"{', '.join(sorted(techs)) or 'none'}")
 
 
-def fit_terms(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str] = TERMS) -> dict[str, TermFit]:
-    """The iteration ``terms`` fitted to ``cells`` on top of ``env``'s network terms (see the module docstring)."""
-    return _fit(cells, env, terms)[0]
+def fit_terms(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str] = TERMS,
+              start: Mapping[str, float] | None = None) -> dict[str, TermFit]:
+    """The iteration ``terms`` fitted to ``cells`` on top of ``env``'s network terms (see the module docstring),
+    starting from ``start`` when given."""
+    return _fit(cells, env, terms, start)[0]
 
 
-def leave_one_technique_out(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str] = TERMS
-                            ) -> list[LeftOut]:
-    """For each technique: the terms fitted on the other techniques' cells, and its own cells predicted with them."""
+def leave_one_technique_out(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str] = TERMS,
+                            start: Mapping[str, float] | None = None) -> list[LeftOut]:
+    """For each technique: the terms fitted on the other techniques' cells (from ``start``: the fit on every cell
+    makes a close start), and its own cells predicted with them."""
     out = []
     for tech in sorted({c.technique for c in cells}):
         rest = [c for c in cells if c.technique != tech]
@@ -134,7 +171,7 @@ def leave_one_technique_out(cells: Sequence[Cell], env: cm.Environment, terms: S
         note = ""
         if len({c.technique for c in rest}) < 2 or not any(c.overlaps for c in rest) or all(c.overlaps for c in rest):
             note = "the other techniques do not include both an overlapping and a non-overlapping one"
-        sub = fit_terms(rest, env, terms)
+        sub = fit_terms(rest, env, terms, start)
         pred = predict_cells(mine, with_terms(env, {t: f.value for t, f in sub.items()}))
         out.append(LeftOut(tech, {t: f.value for t, f in sub.items()},
                            [(c, float(p)) for c, p in zip(mine, pred, strict=True)], note))
@@ -166,7 +203,8 @@ def calibrate(paths: Sequence[str | Path], *, environment: cm.Environment | None
     sweep_only = predict_cells(cells, base)
     fits = fit_terms(cells, base, terms)
     env = with_terms(base, {t: f.value for t, f in fits.items()})
-    left_out = leave_one_technique_out(cells, base, terms) if leave_one_out else []
+    start = {t: f.value for t, f in fits.items()}
+    left_out = leave_one_technique_out(cells, base, terms, start) if leave_one_out else []
     return CalibrationResult(environment=env, sweep=sweep, cells=cells, terms=fits,
                              predicted_s=predict_cells(cells, env),
                              sweep_only_s=sweep_only, left_out=left_out, files=files, bad=[str(b) for b in loaded.bad])

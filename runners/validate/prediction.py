@@ -21,16 +21,12 @@ def _collective_for(env_meta: Mapping[str, Any]) -> dict[str, str] | None:
     return dict(algos) if isinstance(algos, Mapping) and algos else None
 
 
-def predict(technique: str, options: Mapping[str, Any], profile: Any, env: Any, p: int) -> tuple[float, str]:
-    """Predicted seconds per iteration of ``technique`` with ``options`` and how it was priced.
+def schedule_call(technique: str, options: Mapping[str, Any]) -> tuple[str, str | None, dict[str, Any]]:
+    """The schedule, compressor and schedule options that price ``technique`` with ``options``.
 
-    The technique's registered schedule and compressor (``runners.training``) are simulated with
-    ``costmodels.simulate`` on the measured ``profile`` and fitted ``env``; every message goes over
-    the algorithm fitted for its primitive (e.g. gloo's reduce-scatter, which is an allreduce).
-    Technique options map to schedule options (fusion's ``bucket_cap_mb``, dear's ``buffer_bytes``,
-    zero's buckets, fsdp's ``unit_bytes``, local_sgd's ``H``).
+    Technique options map to schedule options (fusion's ``bucket_cap_mb``, dear's ``buffer_bytes``, zero's
+    buckets, fsdp's ``unit_bytes``, local_sgd's ``H``, bsp's ``flatten``).
     """
-    import costmodels as cm
     from runners.training import technique as get_technique
 
     tech = get_technique(technique)
@@ -48,6 +44,8 @@ def predict(technique: str, options: Mapping[str, Any], profile: Any, env: Any, 
         sched["unit_bytes"] = opts["unit_bytes"]
     elif tech.schedule == "local_sgd":
         sched["H"] = int(opts["H"])
+    elif tech.schedule == "bsp" and opts.get("flatten"):  # one message of every gradient after backward
+        sched["flatten"] = True
     compressor = None
     if tech.compressor is not None:
         compressor = tech.compressor
@@ -57,15 +55,43 @@ def predict(technique: str, options: Mapping[str, Any], profile: Any, env: Any, 
             compressor = f"{compressor}:{opts['rank']}"
         elif "bits" in opts:
             compressor = f"{compressor}:{opts['bits']}"
+    return tech.schedule, compressor, sched
+
+
+def predict(technique: str, options: Mapping[str, Any], profile: Any, env: Any, p: int) -> tuple[float, str]:
+    """Predicted seconds per iteration of ``technique`` with ``options`` and how it was priced.
+
+    The technique's registered schedule and compressor (``runners.training``, :func:`schedule_call`) are
+    simulated with ``costmodels.simulate`` on the measured ``profile`` and fitted ``env``; every message goes
+    over the algorithm fitted for its primitive (e.g. gloo's reduce-scatter, which is an allreduce).
+    """
+    import costmodels as cm
+
+    schedule, compressor, sched = schedule_call(technique, options)
     collective = _collective_for(env.metadata)
     try:
-        r = cm.simulate(profile, env, p, tech.schedule, collective, compressor, **sched)
+        r = cm.simulate(profile, env, p, schedule, collective, compressor, **sched)
         over = "+".join(sorted(set(collective.values()))) if collective else "the cheapest algorithm"
-        how = f"{tech.schedule}" + (f" + {compressor}" if compressor else "") + f" over {over}"
+        how = f"{schedule}" + (f" + {compressor}" if compressor else "") + f" over {over}"
     except CommscopeError:
-        r = cm.simulate(profile, env, p, tech.schedule, None, compressor, **sched)
-        how = f"{tech.schedule}" + (f" + {compressor}" if compressor else "") + " over the cheapest"
+        r = cm.simulate(profile, env, p, schedule, None, compressor, **sched)
+        how = f"{schedule}" + (f" + {compressor}" if compressor else "") + " over the cheapest"
     return float(r.iteration_time), how
+
+
+def predict_many(technique: str, options: Mapping[str, Any], profile: Any, envs: Sequence[Any], p: int
+                 ) -> np.ndarray:
+    """:func:`predict` in every environment of ``envs`` at once (``costmodels.sweep``; they share the fitted
+    algorithms of ``envs[0]``), as an array of seconds per iteration."""
+    import costmodels as cm
+
+    schedule, compressor, sched = schedule_call(technique, options)
+    collective = _collective_for(envs[0].metadata)
+    try:
+        r = cm.sweep(profile, list(envs), [p], schedule, collective, compressor, **sched)
+        return np.asarray(r.iteration_time, dtype=float).reshape(len(envs))
+    except CommscopeError:
+        return np.array([predict(technique, options, profile, e, p)[0] for e in envs])
 
 
 def measured_time(record: Mapping[str, Any]) -> float:
@@ -116,7 +142,7 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
 
     ``profiles`` is one profile for every model, or a mapping from model name to profile.
     """
-    from runners.calibrate import Cell, leave_one_technique_out
+    from runners.calibrate import Cell, fit_terms, leave_one_technique_out
     from runners.calibrate.solve import TERMS, with_terms
 
     from .attribution import attribute, contributions
@@ -137,7 +163,8 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
     techs = {c.technique for c in cells}
     if len(techs) >= 2 and any(c.overlaps for c in cells) and not all(c.overlaps for c in cells):
         try:
-            loto = {lo.technique: lo.terms for lo in leave_one_technique_out(cells, base)}
+            start = {t: f.value for t, f in fit_terms(cells, base).items()}
+            loto = {lo.technique: lo.terms for lo in leave_one_technique_out(cells, base, start=start)}
         except CommscopeError:
             loto = {}
     defaults = shipped_defaults(base)
