@@ -29,7 +29,7 @@ class DefaultTerms:
 
 
 GPU_NCCL = DefaultTerms(
-    "GPU ranks, NCCL", kappa_c=0.189, kappa_m=0.0, host_overhead=0.0,
+    "A100/H100-class GPU ranks, NCCL", kappa_c=0.189, kappa_m=0.0, host_overhead=0.0,
     sources={
         "kappa_c": "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning "
                    "(arXiv:2507.03114, 2025), abstract: overlapping computation with communication slows the "
@@ -45,15 +45,23 @@ CPU_GLOO = DefaultTerms(
         "kappa_m": "not yet measured: 0",
         "host_overhead": "not yet measured: 0",
     })
+OLDER_GPU_NCCL = DefaultTerms(
+    "GPU ranks before A100, NCCL", 0.0, 0.0, 0.0,
+    {"kappa_c": "arXiv:2507.03114 measured A100, H100, MI250 and MI210 only; no published value for older GPUs: 0",
+     "kappa_m": GPU_NCCL.sources["kappa_m"], "host_overhead": GPU_NCCL.sources["host_overhead"]})
 NONE = DefaultTerms("no interference or overhead assumed (ideal, mpich)", 0.0, 0.0, 0.0,
                     {"kappa_c": "no default for this library", "kappa_m": "no default for this library",
                      "host_overhead": "no default for this library"})
-BY_LIBRARY: Mapping[str, DefaultTerms] = {"nccl": GPU_NCCL, "gloo": CPU_GLOO}
 
 
 def default_entry(env: Any) -> DefaultTerms:
-    """The defaults that apply to ``env`` (by its library), with their sources."""
-    return BY_LIBRARY.get(getattr(env, "library", "ideal"), NONE)
+    """The defaults that apply to ``env`` (by its library and, under NCCL, its GPU), with their sources; the same
+    values the presets carry (:mod:`costmodels.presets`)."""
+    library = getattr(env, "library", "ideal")
+    if library == "nccl":
+        cc = getattr(env, "compute_capability", None)
+        return GPU_NCCL if cc is not None and cc >= 80 else OLDER_GPU_NCCL
+    return CPU_GLOO if library == "gloo" else NONE
 
 
 def default_terms(env: Any) -> dict[str, float]:
