@@ -1,6 +1,7 @@
 """Tables of the measured pages, from result records (pure functions, no Streamlit).
 
-Predicted vs measured: :func:`validation_frame` (one row per "validation" record), :func:`error_table`
+Predicted vs measured: :func:`validation_frame` (one row per "validation" record, with the three predictions,
+the measured spread, the regime and the attribution where the records carry them), :func:`error_table`
 (median / max |error| per technique or environment), :func:`efficiency_frame` (speedup, throughput,
 time or compute share, predicted beside measured), :func:`parameter_table` and :func:`fit_quality`
 (fitted environments with their 95% confidence intervals).
@@ -23,9 +24,13 @@ import pandas as pd
 import costmodels as cm
 
 BASELINE = "bsp"
+#: the term groups a cell's error is attributed to (:mod:`runners.validate.attribution`)
+TERMS = ("latency", "bandwidth", "interference", "overhead")
 VALIDATION_COLUMNS = ["technique", "environment", "p", "model", "batch_size", "predicted_s", "measured_s",
                       "measured_p10_s", "measured_p90_s", "error", "abs_error", "compute_s", "exposed_comm_s",
-                      "environment_name", "how"]
+                      "environment_name", "how", "repeats", "spread", "comm_share_bsp", "predicted_calibrated_s",
+                      "error_calibrated", "predicted_defaults_s", "error_defaults", "term", "term_change", "gap_s",
+                      "attributed", *[f"contrib_{t}_s" for t in TERMS]]
 # metric -> (axis label, help)
 EFFICIENCY_METRICS = {
     "speedup": ("speedup over the baseline (x)", "baseline iteration time / technique iteration time, per source"),
@@ -45,27 +50,61 @@ def _num(x: Any) -> float:
 def validation_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per "validation" record (others are skipped): prediction, measurement (with its p10/p90),
     error = predicted / measured - 1 (NaN when not predicted), and the measured compute and exposed
-    communication of the iteration."""
+    communication of the iteration.
+
+    Records of ``commscope validate`` since issue 16 also give the repetitions (``repeats``), the measured
+    ``spread`` (else half the p10..p90 range relative to the measurement), the communication share of the
+    bsp iteration (``comm_share_bsp``; else the bsp record's exposed communication over its time), predictions
+    (b) ``predicted_calibrated_s`` and (c) ``predicted_defaults_s`` with their errors, and the attribution:
+    ``term``, ``term_change``, ``gap_s``, ``attributed`` (which prediction) and ``contrib_<term>_s``. Older
+    records leave these NaN or empty.
+    """
     rows = []
     for r in records:
         if r.get("kind", "validation") != "validation":
             continue
         c, s = r["config"], r["result"]
-        pred = _num(s.get("predicted_s"))
         measured = float(s["measured_s"])
-        err = _num(s.get("error"))
-        if math.isnan(err) and math.isfinite(pred):
-            err = pred / measured - 1.0
         br = s.get("breakdown_s") if isinstance(s.get("breakdown_s"), Mapping) else {}
         parts = [_num(br.get(k)) for k in ("forward", "backward", "update")]
         compute = sum(parts) if all(math.isfinite(v) for v in parts) else math.nan
-        rows.append({"technique": c["technique"], "environment": c["environment"], "p": int(c["world_size"]),
-                     "model": c.get("model", ""), "batch_size": _num(c.get("batch_size")), "predicted_s": pred,
-                     "measured_s": measured, "measured_p10_s": _num(s.get("measured_p10_s")),
-                     "measured_p90_s": _num(s.get("measured_p90_s")), "error": err, "abs_error": abs(err),
-                     "compute_s": compute, "exposed_comm_s": _num(br.get("exposed_comm")),
-                     "environment_name": c.get("environment_name", ""), "how": s.get("how", "")})
-    return pd.DataFrame(rows, columns=VALIDATION_COLUMNS)
+        p10, p90 = _num(s.get("measured_p10_s")), _num(s.get("measured_p90_s"))
+        spread = _num(s.get("spread"))
+        if math.isnan(spread) and math.isfinite(p90 - p10):
+            spread = 0.5 * (p90 - p10) / measured
+        row = {"technique": c["technique"], "environment": c["environment"], "p": int(c["world_size"]),
+               "model": c.get("model", ""), "batch_size": _num(c.get("batch_size")), "measured_s": measured,
+               "measured_p10_s": p10, "measured_p90_s": p90, "compute_s": compute,
+               "exposed_comm_s": _num(br.get("exposed_comm")), "environment_name": c.get("environment_name", ""),
+               "how": s.get("how", ""), "repeats": int(c.get("repeats", 1)), "spread": spread,
+               "comm_share_bsp": _num(s.get("comm_share_bsp"))}
+        for suffix in ("", "_calibrated", "_defaults"):
+            pred, err = _num(s.get(f"predicted{suffix}_s")), _num(s.get(f"error{suffix}"))
+            if math.isnan(err) and math.isfinite(pred):
+                err = pred / measured - 1.0
+            row[f"predicted{suffix}_s"], row[f"error{suffix}"] = pred, err
+        row["abs_error"] = abs(row["error"])
+        att = s.get("attribution") if isinstance(s.get("attribution"), Mapping) else {}
+        contrib = att.get("contributions_s") if isinstance(att.get("contributions_s"), Mapping) else {}
+        row.update({"term": str(att.get("term") or ""), "term_change": _num(att.get("change")),
+                    "gap_s": _num(att.get("gap_s")), "attributed": str(att.get("prediction") or ""),
+                    **{f"contrib_{t}_s": _num(contrib.get(t)) for t in TERMS}})
+        rows.append(row)
+    return _fill_shares(pd.DataFrame(rows, columns=VALIDATION_COLUMNS))
+
+
+def _fill_shares(frame: pd.DataFrame) -> pd.DataFrame:
+    """Where a record lacks ``comm_share_bsp``: the bsp row's measured exposed communication over its time, for
+    every row of the same environment and model."""
+    missing = frame["comm_share_bsp"].isna()
+    if not missing.any():
+        return frame
+    bsp = frame[frame["technique"] == BASELINE]
+    share = {(e, m): x / t for e, m, x, t in zip(bsp["environment"], bsp["model"], bsp["exposed_comm_s"],
+                                                  bsp["measured_s"], strict=True) if math.isfinite(x / t)}
+    fill = [share.get((e, m), math.nan) for e, m in zip(frame["environment"], frame["model"], strict=True)]
+    frame.loc[missing, "comm_share_bsp"] = np.asarray(fill, dtype=float)[missing.to_numpy()]
+    return frame
 
 
 def repredict(records: Sequence[Mapping[str, Any]], profiles: Mapping[str, Any], env: cm.Environment
@@ -96,6 +135,10 @@ def repredict(records: Sequence[Mapping[str, Any]], profiles: Mapping[str, Any],
     frame["abs_error"] = frame["error"].abs()
     frame["how"] = how
     frame["environment_name"] = env.name
+    cleared = ["predicted_calibrated_s", "error_calibrated", "predicted_defaults_s", "error_defaults", "term_change",
+               "gap_s", *[f"contrib_{t}_s" for t in TERMS]]
+    frame[cleared] = math.nan  # (b), (c) and the attribution belong to the recorded environment, not to ``env``
+    frame[["term", "attributed"]] = ""
     return frame
 
 

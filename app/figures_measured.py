@@ -38,9 +38,11 @@ def _layout(fig: go.Figure, title: str, height: int = 480) -> go.Figure:
 def scatter_figure(frame: pd.DataFrame, log: bool = True, band: float = 0.1, panels: bool = False,
                    title: str = "") -> go.Figure:
     """Predicted versus measured iteration time (ms), one marker per row of ``frame``
-    (:func:`app.data_measured.validation_frame`): colour by technique; environment by symbol, or one
-    panel per environment (``panels``). Horizontal error bars span the measured p10..p90. The y = x
-    line and the +-``band`` lines are drawn over the data's range. Rows without a prediction are left out.
+    (:func:`app.data_measured.validation_frame`, or one prediction's :func:`app.data_validation.prediction_view`):
+    colour by technique; environment by symbol, or one panel per environment (``panels``). Horizontal error
+    bars span the measured spread (+-``spread`` x measured); a marker is open where the error is within that
+    spread. The y = x line and the +-``band`` lines are drawn over the data's range. Rows without a prediction
+    are left out.
     """
     df = frame[np.isfinite(frame["predicted_s"].to_numpy(dtype=float))]
     envs = list(dict.fromkeys(df["environment"])) or [""]
@@ -58,19 +60,22 @@ def scatter_figure(frame: pd.DataFrame, log: bool = True, band: float = 0.1, pan
         _identity(fig, line, band, k == 0, where)
         for tech, g in sub.groupby("technique", sort=False):
             meas = g["measured_s"].to_numpy(dtype=float) * 1e3
-            p10 = g["measured_p10_s"].to_numpy(dtype=float) * 1e3
-            p90 = g["measured_p90_s"].to_numpy(dtype=float) * 1e3
-            spread = {"type": "data", "array": np.clip(p90 - meas, 0, None), "arrayminus": np.clip(meas - p10, 0, None),
-                      "thickness": 1, "width": 0, "color": colors[str(tech)]}
+            rel = g["spread"].to_numpy(dtype=float) if "spread" in g else np.full(len(g), np.nan)
+            within = np.abs(g["error"].to_numpy(dtype=float)) <= np.nan_to_num(rel, nan=-1.0)
+            spread = {"type": "data", "array": np.nan_to_num(rel * meas, nan=0.0), "thickness": 1, "width": 0,
+                      "color": colors[str(tech)]}
             fig.add_trace(go.Scatter(
                 x=meas, y=g["predicted_s"].to_numpy(dtype=float) * 1e3, mode="markers", name=str(tech),
                 meta="points", legendgroup=str(tech), showlegend=str(tech) not in shown,
-                marker={"color": colors[str(tech)], "size": 10, "line": {"width": 0.5, "color": "white"},
-                        "symbol": [symbols.get(e, "circle") for e in g["environment"]]},
-                error_x=spread if np.isfinite(p10).all() and np.isfinite(p90).all() else None,
-                customdata=[[str(e), float(x) * 100] for e, x in zip(g["environment"], g["error"], strict=True)],
-                hovertemplate=(f"<b>{tech}</b> on %{{customdata[0]}}<br>measured %{{x:.4g}} ms<br>"
-                               "predicted %{y:.4g} ms<br>error %{customdata[1]:+.1f}%<extra></extra>"),
+                marker={"color": colors[str(tech)], "size": 10, "line": {"width": 1.5, "color": colors[str(tech)]},
+                        "symbol": [symbols.get(e, "circle") + ("-open" if w else "")
+                                   for e, w in zip(g["environment"], within, strict=True)]},
+                error_x=spread if np.isfinite(rel).any() else None,
+                customdata=[[str(e), float(x) * 100, float(sp) * 100, " (within the spread)" if w else ""]
+                            for e, x, sp, w in zip(g["environment"], g["error"], rel, within, strict=True)],
+                hovertemplate=(f"<b>{tech}</b> on %{{customdata[0]}}<br>measured %{{x:.4g}} ms "
+                               "(spread +-%{customdata[2]:.1f}%)<br>predicted %{y:.4g} ms<br>error "
+                               "%{customdata[1]:+.1f}%%{customdata[3]}<extra></extra>"),
             ), **where)
             shown.add(str(tech))
     if not panels and len(envs) > 1:  # a legend of the symbols: gray markers without data
@@ -103,6 +108,34 @@ def _square_axes(fig: go.Figure, lo: float, hi: float, log: bool, xtitle: str, y
     span = [math.log10(max(lo, 1e-12)), math.log10(hi)] if log else [lo, hi]
     fig.update_xaxes(range=span)
     fig.update_yaxes(range=span)
+
+
+TERM_COLORS = {"latency": "#1f77b4", "bandwidth": "#ff7f0e", "interference": "#2ca02c", "overhead": "#9467bd"}
+
+
+def contributions_figure(contrib: pd.DataFrame, title: str = "") -> go.Figure:
+    """What each term contributes to each cell's prediction (ms, bars stacked per cell, one colour per term) and
+    the gap to the measurement (measured - predicted, a black diamond): the term the gap is attributed to has a
+    black outline. ``contrib`` is :func:`app.data_validation.contributions`."""
+    fig = go.Figure()
+    terms = contrib[contrib["term"] != "gap"]
+    for term, d in terms.groupby("term", sort=False):
+        fig.add_trace(go.Bar(
+            y=d["cell"], x=d["ms"], orientation="h", name=str(term), meta="points",
+            marker={"color": TERM_COLORS.get(str(term), "gray"),
+                    "line": {"color": "black", "width": np.where(d["attributed"], 2.0, 0.0)}},
+            customdata=np.nan_to_num(d["share"].to_numpy(dtype=float) * 100, nan=0.0),
+            hovertemplate="%{y}<br>" + str(term) + " %{x:.4g} ms (%{customdata:.0f}% of the prediction)<extra></extra>",
+        ))
+    gap = contrib[contrib["term"] == "gap"]
+    fig.add_trace(go.Scatter(
+        y=gap["cell"], x=gap["ms"], mode="markers", name="gap (measured - predicted)", meta="gap",
+        marker={"symbol": "diamond", "color": "black", "size": 9},
+        hovertemplate="%{y}<br>gap %{x:+.4g} ms<extra></extra>",
+    ))
+    fig.add_vline(x=0, line={"color": "gray", "width": 1})
+    fig.update_layout(barmode="relative", xaxis_title="ms of the predicted iteration", yaxis={"autorange": "reversed"})
+    return _layout(fig, title, height=max(260, 26 * gap["cell"].nunique() + 140))
 
 
 def published_figure(frame: pd.DataFrame, band: float = 0.1, title: str = "") -> go.Figure:

@@ -1,5 +1,6 @@
-"""Predicted vs measured: the validation records (shipped reference run, or uploaded results files), and
-published collective measurements beside the collective-library model."""
+"""Predicted vs measured: the validation records (shipped reference run, or uploaded results files) with their
+three predictions, regimes and error attribution, and published collective measurements beside the
+collective-library model."""
 
 from __future__ import annotations
 
@@ -25,7 +26,27 @@ from app.data_measured import (
     validation_frame,
 )
 from app.data_published import BANDWIDTH_REGIME, published_frame, published_summary, published_verdict
-from app.figures_measured import efficiency_figure, parameter_figure, published_figure, scatter_figure
+from app.data_validation import (
+    SHORT,
+    accuracy_table,
+    available,
+    cell_table,
+    contributions,
+    has_attribution,
+    percent_columns,
+    prediction_view,
+    ranking,
+    regime_table,
+    verdict,
+    winner_cells,
+)
+from app.figures_measured import (
+    contributions_figure,
+    efficiency_figure,
+    parameter_figure,
+    published_figure,
+    scatter_figure,
+)
 from app.sidebar import environment_picker
 from app.uploads import published_records, results_uploader
 
@@ -50,6 +71,26 @@ def _reference() -> tuple[list[dict], dict[str, dict]]:
 @st.cache_data(show_spinner=False, max_entries=16)
 def _frame(key: str, _records: list[dict]) -> pd.DataFrame:
     return validation_frame(_records)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _answers(sig: str, _view: pd.DataFrame) -> dict:
+    """The page's answers for ``_view`` (identified by ``sig``): the predictions it holds, their ranking, accuracy
+    per environment, fastest technique per cell, regimes, per-cell attribution and contributions."""
+    keys = available(_view)
+    return {"keys": keys, "ranking": ranking(_view, keys), "accuracy": accuracy_table(_view, keys),
+            "winners": winner_cells(_view, keys), "regimes": regime_table(_view), "cells": cell_table(_view, keys),
+            "has_attribution": has_attribution(_view), "contributions": contributions(_view)}
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _prediction_view(sig: str, key: str, _view: pd.DataFrame) -> pd.DataFrame:
+    return prediction_view(_view, key)
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)
+def _contributions(sig: str, _contrib: pd.DataFrame) -> go.Figure:
+    return contributions_figure(_contrib)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -86,6 +127,14 @@ def _efficiency(sig: str, metric: str, baseline: str, _view: pd.DataFrame) -> tu
 @st.cache_resource(show_spinner=False, max_entries=16)
 def _parameters(key: str, _params: pd.DataFrame) -> go.Figure:
     return parameter_figure(_params)
+
+
+def _multiselect(where, label: str, options: list[str], key: str) -> list[str]:
+    """A multiselect of every option at first, and again whenever the options change (another source's names)."""
+    if st.session_state.get(f"{key}_of") != options:
+        st.session_state[key] = options
+    st.session_state[f"{key}_of"] = options
+    return where.multiselect(label, options, key=key)
 
 
 def _html(fig: go.Figure) -> partial[str]:
@@ -194,39 +243,83 @@ else:
 all_envs = list(dict.fromkeys(frame["environment"]))
 all_techs = list(dict.fromkeys(frame["technique"]))
 c1, c2 = st.columns(2)
-chosen_envs = c1.multiselect("environments", all_envs, default=all_envs, key="meas_envs")
-chosen_techs = c2.multiselect("techniques", all_techs, default=all_techs, key="meas_techniques")
+chosen_envs = _multiselect(c1, "environments", all_envs, "meas_envs")
+chosen_techs = _multiselect(c2, "techniques", all_techs, "meas_techniques")
 view = frame[frame["environment"].isin(chosen_envs) & frame["technique"].isin(chosen_techs)]
 if view.empty:
     st.info("Choose at least one environment and one technique.")
     st.stop()
 
+sig = "|".join([key, predictions, env.to_json() if predictions == "sidebar" else "", *chosen_envs, "/",
+                *chosen_techs])
+answers = _answers(sig, view)
+keys = answers["keys"]
+
+# ------------------------------------------------------------------------------------------ answers
+st.subheader("Which prediction is right")
+st.caption("(a) the sweep-fitted environment alone; (b) interference and overhead calibrated on the environment's "
+           "other techniques (the cell's own technique left out); (c) the shipped default terms. error = predicted / "
+           "measured - 1; *within spread*: errors no larger than the measurement's own spread (half the range over "
+           "repetitions, or half the 10th-90th percentile range), which the model cannot be asked to beat."
+           if len(keys) > 1 else "These records carry prediction (a) only: the sweep-fitted environment (or the "
+           "sidebar's). Records of `commscope validate` since issue 16 add (b) calibrated and (c) shipped defaults.")
+st.markdown(verdict(answers["ranking"]))
+for col, row in zip(st.columns(len(keys)), answers["ranking"].to_dict("records"), strict=True):
+    col.metric(f"fastest predicted right, {row['prediction']}", f"{row['fastest right']} of {row['contests']}",
+               help="(environment, model) cells whose fastest technique the prediction names, or names one within "
+                    "the measured spread of it (runners.validate.winners; local SGD is not in the contest)")
+accuracy = answers["accuracy"]
+st.dataframe(accuracy, hide_index=True, width="stretch", key="meas_accuracy",
+             column_config=_percent(percent_columns(accuracy)))
+r1, r2 = st.columns([2, 3])
+r1.markdown("**Regimes**: measured communication share of the bsp iteration")
+r1.dataframe(answers["regimes"], hide_index=True, width="stretch", key="meas_regimes",
+             column_config=_percent(["comm_share_bsp"]))
+r2.markdown("**Fastest technique** per (environment, model)")
+r2.dataframe(answers["winners"], hide_index=True, width="stretch", key="meas_winners")
+
 # ------------------------------------------------------------------------------------------ scatter
 st.subheader("Iteration time: predicted against measured")
-c3, c4, c5 = st.columns(3)
+c3, c4, c5, c6 = st.columns(4)
 axes = c3.radio("axes", ["log", "linear"], horizontal=True, key="meas_axes")
 band = c4.slider("error band (+-%)", 0, 50, 10, step=1, key="meas_band")
 layout = c5.radio("environments as", ["symbols", "panels"], horizontal=True, key="meas_layout")
-sig = "|".join([key, predictions, env.to_json() if predictions == "sidebar" else "", *chosen_envs, "/",
-                *chosen_techs])
-fig = _scatter(sig, axes == "log", band / 100, layout == "panels", view)
+chosen = c6.radio("prediction", keys, format_func=SHORT.get, key="meas_prediction") if len(keys) > 1 else "sweep"
+sig = f"{sig}|{chosen}"
+pview = _prediction_view(sig, chosen, view)
+fig = _scatter(sig, axes == "log", band / 100, layout == "panels", pview)
 st.plotly_chart(fig, width="stretch", key="meas_scatter")
-st.caption("One marker per technique and environment; the horizontal bars span the measured 10th to 90th "
-           "percentile of the iteration time. Below the y = x line the model is optimistic.")
+st.caption("One marker per cell (technique, environment, model, p); the horizontal bars span the measured spread, "
+           "and a marker is open where the error is within it. Below the y = x line the model is optimistic.")
 d1, d2 = st.columns(2)
-d1.download_button("data (CSV)", partial(view.to_csv, index=False), file_name="predicted_vs_measured.csv",
+d1.download_button("data (CSV)", partial(pview.to_csv, index=False), file_name="predicted_vs_measured.csv",
                    mime="text/csv", key="meas_dl_scatter_csv")
 d2.download_button("figure (HTML)", _html(fig), file_name="predicted_vs_measured.html",
                    mime="text/html", key="meas_dl_scatter_html")
-unpredicted = view[view["predicted_s"].isna()]
+unpredicted = pview[pview["predicted_s"].isna()]
 if len(unpredicted):
-    st.warning(f"{len(unpredicted)} record(s) without a prediction: " + "; ".join(
+    st.warning(f"{len(unpredicted)} record(s) without prediction {SHORT[chosen]}: " + "; ".join(
         f"{r.technique} on {r.environment} ({r.how})" for r in unpredicted.itertuples()))
+
+# ------------------------------------------------------------------------------------- attribution
+st.subheader("Which term accounts for the error")
+if not answers["has_attribution"]:
+    st.caption("These records name no term (records of `commscope validate` since issue 16 do).")
+else:
+    st.caption("A term's contribution is what the prediction loses without it; the gap (measured - predicted) "
+               "goes to the largest one, with the change of that contribution that closes it (\"bandwidth +18%\": "
+               "the bandwidth term would have to cost 18% more). *missing term*: the gap exceeds every "
+               "contribution (compute, or a cost the model lacks).")
+    cells = answers["cells"]
+    st.dataframe(cells, hide_index=True, width="stretch", key="meas_cells",
+                 column_config=_percent(percent_columns(cells)))
+    st.plotly_chart(_contributions(sig, answers["contributions"]), width="stretch", key="meas_contrib")
 
 # -------------------------------------------------------------------------------------- error table
 st.subheader("Errors")
-st.caption("error = predicted / measured - 1 (median and max of its absolute value; the mean keeps its sign).")
-by_tech, by_env = error_table(view, "technique"), error_table(view, "environment")
+st.caption(f"Prediction {SHORT[chosen]}: error = predicted / measured - 1 (median and max of its absolute value; "
+           "the mean keeps its sign).")
+by_tech, by_env = error_table(pview, "technique"), error_table(pview, "environment")
 pct = _percent(["median_abs_error", "max_abs_error", "mean_error"])
 e1, e2 = st.columns(2)
 e1.dataframe(by_tech, hide_index=True, width="stretch", column_config=pct, key="meas_err_tech")
@@ -236,7 +329,8 @@ errors_csv = pd.concat([by_tech.rename(columns={"technique": "group"}).assign(by
 st.download_button("errors (CSV)", errors_csv.to_csv(index=False), file_name="prediction_errors.csv", mime="text/csv",
                    key="meas_dl_errors")
 with st.expander("every record"):
-    st.dataframe(view, hide_index=True, width="stretch", column_config=_percent(["error", "abs_error"]))
+    st.dataframe(pview, hide_index=True, width="stretch", column_config=_percent(
+        ["error", "abs_error", "spread", "comm_share_bsp", "error_calibrated", "error_defaults", "term_change"]))
 
 # -------------------------------------------------------------------------------------- efficiency
 st.subheader("Efficiency: predicted beside measured")
@@ -248,7 +342,7 @@ if metric == "speedup":
     baseline = f2.selectbox("baseline", chosen_techs, index=chosen_techs.index(BASELINE) if BASELINE in chosen_techs
                             else 0, key="meas_baseline")
 f2.caption(EFFICIENCY_METRICS[metric][1])
-eff, eff_fig = _efficiency(sig, metric, baseline, view)
+eff, eff_fig = _efficiency(sig, metric, baseline, pview)
 st.plotly_chart(eff_fig, width="stretch", key="meas_eff")
 g1, g2 = st.columns(2)
 g1.download_button("data (CSV)", eff.to_csv(index=False), file_name=f"efficiency_{metric}.csv", mime="text/csv",
