@@ -236,3 +236,10 @@ def communication_stats(result: cm.IterationResult, prof: cm.ModelProfile) -> pd
 def chrome_trace_json(result: cm.IterationResult, process: str = "commscope prediction") -> str:
     """The timeline in Chrome / Perfetto Trace Event Format, as a JSON string."""
     return json.dumps(result.timeline.to_chrome_trace(process=process))
+
+
+def terms_text(env: cm.Environment) -> str:
+    """The environment's interference and host overhead in words (0 each: overlap is free)."""
+    return (f"interference: kappa_c = {env.kappa_c:.3g} (compute slowdown while a collective is in flight), "
+            f"kappa_m = {env.kappa_m:.3g} (communication slowdown while compute runs); host overhead "
+            f"o = {env.host_overhead * 1e6:.3g} us per message")

@@ -1,5 +1,8 @@
 """The sidebar shared by every page: the environment (preset, fitted from results, or custom).
 
+"custom" also sets the interference factors ``kappa_c``, ``kappa_m`` and the host overhead per message; a
+preset's or fitted environment's are shown with its numbers.
+
 "fitted" lists the environments fitted to the shipped reference measurements
 (``runners/reference/validation/<link>/environment.json``) and those fitted in this session on the
 Environments page, which stores them as JSON under ``st.session_state[FITTED_KEY][name]``.
@@ -15,6 +18,7 @@ from __future__ import annotations
 import streamlit as st
 
 import costmodels as cm
+from app.data_iteration import terms_text
 
 _KEEP = "_keep_"
 FITTED_KEY = "fitted_envs"  # name -> Environment JSON, added by the Environments page
@@ -94,6 +98,7 @@ def _render() -> cm.Environment:
         st.sidebar.caption(env.description)
         with st.sidebar.expander("numbers and their source"):
             st.write(env.summary())
+            st.write(terms_text(env))
             st.caption(env.source)
         return env
     if mode == "preset":
@@ -105,6 +110,7 @@ def _render() -> cm.Environment:
         st.sidebar.caption(env.description)
         with st.sidebar.expander("numbers and their source"):
             st.write(env.summary())
+            st.write(terms_text(env))
             st.caption(env.source)
     else:
         def keep(key: str) -> dict:
@@ -126,6 +132,8 @@ def _render() -> cm.Environment:
             kwargs.update(intra_alpha=ia * 1e-6, intra_beta=1 / (ibw * 1e9), gpus_per_node=int(gpus))
         with st.sidebar.expander("library and fabric"):
             fabric = _fabric(int(gpus), keep)
+        with st.sidebar.expander("interference and host overhead"):
+            kwargs.update(_terms(keep))
         try:
             env = cm.Environment(**kwargs, **fabric)
         except cm.CommscopeError as exc:  # the widgets' bounds should prevent it; never a traceback
@@ -133,6 +141,23 @@ def _render() -> cm.Environment:
             env = cm.Environment(**kwargs)
         st.sidebar.caption(env.summary())
     return env
+
+
+def _terms(keep) -> dict:
+    """The custom environment's interference factors and per-message host overhead (0: the alpha-beta model)."""
+    kc = st.number_input("kappa_c: compute slowdown while a collective is in flight", 0.0, 10.0, step=0.05,
+                         format="%.3f", **keep("env_kappa_c"), **initial("env_kappa_c", value=0.0),
+                         help="Compute runs 1 + kappa_c times slower while a collective is in flight (NCCL kernels "
+                              "take SMs and memory bandwidth; gloo's threads take cores).")
+    km = st.number_input("kappa_m: communication slowdown while compute runs", 0.0, 10.0, step=0.05,
+                         format="%.3f", **keep("env_kappa_m"), **initial("env_kappa_m", value=0.0),
+                         help="Communication runs 1 + kappa_m times slower while compute runs.")
+    o_us = st.number_input("host overhead o (us per message)", 0.0, 10000.0, step=1.0, format="%.2f",
+                           **keep("env_overhead"), **initial("env_overhead", value=0.0),
+                           help="Seconds of the issuing thread per message (LogP's o, Culler et al. 1993), "
+                                "beside the network's alpha.")
+    st.caption("0, 0, 0: communication overlaps compute for free, as the alpha-beta model has it.")
+    return {"kappa_c": float(kc), "kappa_m": float(km), "host_overhead": float(o_us) * 1e-6}
 
 
 LINK_LABELS = {"network": "network (NICs, switches)", "nvlink": "NVLink", "pcie": "PCIe"}

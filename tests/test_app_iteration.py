@@ -304,3 +304,33 @@ def test_library_choice_prices_the_iteration(page: AppTest) -> None:
     expect = cm.simulate(cm.profile("resnet50"), ENV.with_(library="nccl"), 64, "fusion").iteration_time
     assert expect != cm.simulate(cm.profile("resnet50"), ENV, 64, "fusion").iteration_time
     assert page.metric[0].value == f"{expect * 1e3:.4g} ms"
+
+
+CUSTOM = cm.Environment(alpha=20e-6, beta=1 / 1.177e9, gamma=0.0, library="ideal", name="custom")  # its defaults
+
+
+def test_custom_environment_sets_interference_and_host_overhead(page: AppTest) -> None:
+    page.sidebar.radio(key="env_mode").set_value("custom").run()
+    prof = cm.profile("resnet50")
+    assert page.metric[0].value == f"{cm.simulate(prof, CUSTOM, 64, 'fusion').iteration_time * 1e3:.4g} ms"
+    assert any("kappa_c = 0 " in c.value and "overlap is free" in c.value for c in page.caption)
+    terms: dict[str, float] = {}
+    for key, value, field, scale in (("env_kappa_c", 0.5, "kappa_c", 1.0), ("env_kappa_m", 0.25, "kappa_m", 1.0),
+                                     ("env_overhead", 200.0, "host_overhead", 1e-6)):
+        before = page.metric[0].value
+        page.sidebar.number_input(key=key).set_value(value).run()
+        assert not page.exception, page.exception
+        terms[field] = value * scale
+        expect = cm.simulate(prof, CUSTOM.with_(**terms), 64, "fusion").iteration_time
+        assert page.metric[0].value == f"{expect * 1e3:.4g} ms" != before, field
+    assert any("kappa_c = 0.5 " in c.value and "o = 200 us" in c.value for c in page.caption)
+    page.switch_page("views/collectives.py").run()  # the values survive another page
+    page.switch_page("views/iteration.py").run()
+    assert page.sidebar.number_input(key="env_overhead").value == 200.0
+
+
+def test_presets_show_their_interference_and_overhead(page: AppTest) -> None:
+    assert not page.exception
+    shown = [m.value for m in page.sidebar.markdown]
+    assert any("kappa_c = 0" in s and "kappa_m = 0" in s and "o = 0 us per message" in s for s in shown)
+    assert any(f"Environment **{ENV.name}**" in c.value and "kappa_m = 0 " in c.value for c in page.caption)

@@ -19,6 +19,7 @@ from app.data_iteration import (
     p_values,
     scaling_curves,
     simulate_iteration,
+    terms_text,
     timeline_table,
 )
 from app.data_iteration import breakdown as breakdown_table
@@ -80,7 +81,8 @@ def _breakdown_figure(args: tuple):
 env = environment_picker()
 env_json = env.to_json()
 st.title("Training iteration")
-st.caption(f"Environment **{env.name}**: {env.summary()}")
+st.caption(f"Environment **{env.name}**: {env.summary()}. Its {terms_text(env)}"
+           + ("." if env.has_terms else " (overlap is free; set them in the sidebar's custom environment)."))
 
 # ------------------------------------------------------------------------------------ controls
 models = model_choices()
