@@ -45,6 +45,8 @@ NCCL_LL_LATENCY_NET = 2.7e-6
 NCCL_LL_LATENCY_PCI = 1.0e-6
 NCCL_LL_LATENCY_NVLINK = 0.6e-6
 
+TCP_1STREAM_100G_GBIT = 25.0  # ESnet fasterdata: one stream on a 100G host reaches 15-35 Gb/s
+NCCL_SOCKET_100G_BUSBW = 4.7e9  # NVIDIA/nccl#398: NCCL 2.4.8 over TCP sockets on AWS p3dn (100 Gb/s), busbw
 KAPPA_C_OVERLAP = 0.189  # Lee et al., arXiv 2507.03114: mean compute slowdown under overlapped communication
 TERMS_NOTE = "; interference and overhead: "
 OVERLAP_SOURCE = ("kappa_c 0.189: mean slowdown of compute overlapped with communication (max 0.40), Lee et al., "
@@ -95,7 +97,9 @@ _preset(
     gamma=GAMMA_V100,
     description="10 Gb/s Ethernet, TCP (1.177 GB/s goodput)",
     source=(
-        "line 10 Gb/s x 1448/1538 = 1.177 GB/s; alpha 20 us: application-to-application TCP "
+        "line 10 Gb/s x 1448/1538 = 1.177 GB/s, which one tuned TCP stream reaches (9.75 Gb/s measured with "
+        "iperf3, thoughts.greyh.at/posts/saturating-10-gigabit; untuned at MTU 1500 a BCM57800 gave 7.24 Gb/s, "
+        "github.com/shawfdong/hyades/wiki/iperf3); alpha 20 us: application-to-application TCP "
         "latency on tuned 10GbE, Hurwitz & Feng, 'Initial end-to-end performance evaluation of "
         "10-Gigabit Ethernet', HOTI 2003; gamma: V100"
     ),
@@ -108,7 +112,8 @@ _preset(
     gamma=GAMMA_V100,
     description="25 Gb/s Ethernet, TCP (2.94 GB/s goodput)",
     source=(
-        "line 25 Gb/s x 1448/1538 = 2.94 GB/s; alpha 15 us: estimate (kernel TCP path, between "
+        "line 25 Gb/s x 1448/1538 = 2.94 GB/s (no published single-stream measurement at 25 Gb/s found: "
+        "the line goodput is an upper bound); alpha 15 us: estimate (kernel TCP path, between "
         "the 10GbE and 100GbE values); gamma: V100"
     ),
 )
@@ -116,13 +121,16 @@ _preset(
     name="100GbE",
     **GLOO,
     alpha=10e-6,
-    beta=1 / (100e9 / 8 * TCP_EFFICIENCY),
+    beta=1 / (TCP_1STREAM_100G_GBIT * 1e9 / 8),
     gamma=GAMMA_A100,
-    description="100 Gb/s Ethernet, TCP (11.77 GB/s goodput, several streams)",
+    description="100 Gb/s Ethernet (nominal 11.77 GB/s TCP goodput), one TCP stream per peer as gloo runs it: "
+                "25 Gb/s achieved (3.125 GB/s)",
     source=(
-        "line 100 Gb/s x 1448/1538 = 11.77 GB/s (MTU 9000 would give 8948/9038 = 0.990); one TCP "
-        "stream rarely reaches it, NCCL's socket transport uses several; alpha 10 us: estimate "
-        "(kernel TCP path); gamma: A100"
+        "achieved: one TCP stream on a 100G host 'will range from 15-35 Gbps' with tuning and core choice, ESnet "
+        "fasterdata 'Performance expectations for a 100G host' (2024-01-17): 25 Gb/s, the middle of that range; "
+        "several streams reach ~90 Gb/s there (iperf3 -P 12). gloo's TCP transport is one connection per pair of "
+        "ranks. Nominal: line 100 Gb/s x 1448/1538 = 11.77 GB/s. alpha 10 us: estimate (kernel TCP path); "
+        "gamma: A100"
     ),
 )
 # -------------------------------------------------------------------------------- InfiniBand
@@ -286,6 +294,27 @@ _two_level(
 _two_level(
     "8xV100-NVLink+IB-EDR", "NVLink-V100", "IB-EDR", 8, 4,
     "DGX-1V-like: 8 x V100 on NVLink 2.0, 4 x 100 Gb EDR NICs per node",
+)
+_preset(
+    name="8xV100-NVLink+100GbE-sockets",
+    library="nccl",
+    intra_link="nvlink",
+    compute_capability=70,
+    alpha=NCCL_LL_LATENCY_NET,
+    beta=1 / NCCL_SOCKET_100G_BUSBW,
+    gamma=GAMMA_V100,
+    intra_alpha=NCCL_LL_LATENCY_NVLINK,
+    intra_beta=1 / (6 * 20 * GB),
+    gpus_per_node=8,
+    nics_per_node=1,
+    description="AWS p3dn-like: 8 x V100 on NVLink 2.0, one 100 Gb/s Ethernet NIC (nominal 12.5 GB/s) used by NCCL "
+                "over TCP sockets: 4.7 GB/s achieved; beside 8xV100-NVLink+IB-EDR, sockets against RDMA",
+    source=(
+        "inter-node achieved: nccl-tests all_reduce_perf busbw ~4.7 GB/s from 8 MB to 256 MB between two p3dn.24xlarge "
+        "(100 Gb/s TCP, NCCL 2.4.8 socket transport; more socket threads did not help), github.com/NVIDIA/nccl/"
+        "issues/398; 4 nodes of 8 V100 on 100 Gb/s TCP gave 4-6 GB/s, NVIDIA/nccl#450. alpha: NCCL's NET hwLat "
+        "2.7 us (a lower bound for the socket path); intra-node: preset NVLink-V100 (6 x 20 GB/s); gamma: V100"
+    ),
 )
 _two_level(
     "8xA100-NVLink+IB-HDR", "NVLink-A100", "IB-HDR", 8, 8,
