@@ -68,9 +68,10 @@ def test_repetitions_are_one_cell_with_their_spread_and_the_regime():
     assert bsp["result"]["measured_s"] == pytest.approx(0.021)  # median of the repetitions
     assert bsp["result"]["spread"] == pytest.approx(0.5 * 0.002 / 0.021)  # half their range
     assert bsp["result"]["comm_share_bsp"] == pytest.approx(0.65)  # 13/20 and 14.3/22
-    # (a) and (c) are there; (b) needs the other techniques to include a non-overlapping one and an overlapping one
+    # all three predictions: (b) from the terms fitted on wfbp's cells alone
     assert math.isfinite(bsp["result"]["predicted_s"]) and math.isfinite(bsp["result"]["predicted_defaults_s"])
-    assert "predicted_calibrated_s" not in bsp["result"]  # without bsp, only wfbp is left: nothing to calibrate on
+    assert math.isfinite(bsp["result"]["predicted_calibrated_s"]) and set(bsp["result"]["calibrated_terms"]) == {
+        "kappa_c", "kappa_m", "host_overhead"}
     assert regime_name(0.65) == "communication-bound" and regime_name(0.3) == "mixed"
     assert regime_name(0.1) == "compute-bound" and regime_name(0.22) == "between"
 
