@@ -94,7 +94,7 @@ def gather_cells(records: Sequence[Mapping[str, Any]], profile: cm.ModelProfile 
     Raises a one-line error when a model has no profile, or when the iterations come from more than one
     network (calibrate each network on its own).
     """
-    from runners.validate.prediction import measured_time
+    from runners.training.pricing import measured_time
 
     its = [r for r in records if r.get("kind") == "iteration"]
     if not its:

@@ -46,7 +46,7 @@ IDENTIFIABLE = 1e-6  # a term whose Jacobian column has a smaller norm (relative
 def predict_grid(cells: Sequence[Cell], envs: Sequence[cm.Environment]) -> np.ndarray:
     """Predicted seconds per iteration of every cell (columns) in every environment (rows), one vectorized sweep
     per distinct (technique, options, model, p); NaN where a cell cannot be predicted."""
-    from runners.validate.prediction import predict_many
+    from runners.training.pricing import predict_many
 
     out = np.full((len(envs), len(cells)), math.nan)
     groups: dict[tuple[Any, ...], list[int]] = {}

@@ -24,11 +24,13 @@ Here: the suites and plans (:mod:`.suite`), the driver (:mod:`.driver`), predict
 (:mod:`.prediction`), the report (:mod:`.report`) and the rank side of each job (:mod:`.rank`).
 """
 
+from runners.training.pricing import PERIODIC, predict_many, schedule_call
+
 from .driver import run_job, validate
 from .prediction import compare, measured_time, predict
 from .report import markdown, regime_name, regimes, summary, table_rows, winners, write_tables
-from .suite import EXACT, LATENCY_BYTES, PERIODIC, SUITES, Suite, ValidationError, env_label, job_command, make_plan
+from .suite import EXACT, LATENCY_BYTES, SUITES, Suite, ValidationError, env_label, job_command, make_plan
 
 __all__ = ["EXACT", "LATENCY_BYTES", "PERIODIC", "SUITES", "Suite", "ValidationError", "compare", "env_label",
-           "job_command", "make_plan", "markdown", "measured_time", "predict", "regime_name", "regimes", "run_job",
-           "summary", "table_rows", "validate", "winners", "write_tables"]
+           "job_command", "make_plan", "markdown", "measured_time", "predict", "predict_many", "regime_name",
+           "regimes", "run_job", "schedule_call", "summary", "table_rows", "validate", "winners", "write_tables"]

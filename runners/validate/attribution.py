@@ -43,7 +43,7 @@ def _without(env: Any, group: str) -> Any:
 
 def contributions(technique: str, options: Mapping[str, Any], profile: Any, env: Any, p: int) -> dict[str, float]:
     """Seconds of the predicted iteration each term group accounts for (``S_k`` above), and ``total``."""
-    from .prediction import predict
+    from runners.training.pricing import predict
 
     total = predict(technique, options, profile, env, p)[0]
     out = {"total": total}
@@ -59,12 +59,13 @@ def attribute(measured_s: float, contrib: Mapping[str, float]) -> dict[str, Any]
     """The term that accounts for the gap between ``measured_s`` and ``contrib['total']``.
 
     Returns ``term`` (a group, or "missing term" when the gap exceeds every contribution), ``change`` (the
-    relative change of that term's contribution that closes the gap) and ``gap_s``.
+    relative change of that term's contribution that closes the gap; None when no term contributes) and
+    ``gap_s``.
     """
     gap = measured_s - contrib["total"]
     groups = {g: s for g, s in contrib.items() if g != "total" and math.isfinite(s) and s > 0}
-    if not groups:
-        return {"term": "missing term", "change": math.nan, "gap_s": gap}
+    if not groups:  # nothing in the model costs time beyond compute: the gap is a term it lacks
+        return {"term": "missing term", "change": None, "gap_s": gap}
     term, size = max(groups.items(), key=lambda kv: kv[1])
     if abs(gap) > size:  # more than doubling or removing the largest term: not one term's coefficient
         return {"term": "missing term", "change": gap / size, "gap_s": gap}

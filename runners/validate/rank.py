@@ -171,8 +171,7 @@ def _train(ctx: Any, plan: dict[str, Any], w: dict[str, Any], name: str, options
     """Train one technique on one workload on every rank; False (and its error said) when a rank failed."""
     from runners.training import runner as rt
     from runners.training import technique as get_technique
-
-    from .suite import PERIODIC
+    from runners.training.pricing import PERIODIC
 
     tctx = rt.Context(torch=ctx.torch, dist=ctx.dist, rank=ctx.rank, world=ctx.world, local_world=ctx.local_world,
                       backend=ctx.backend, device=ctx.device, devices=[r["name"] for r in ctx.ranks])

@@ -12,7 +12,6 @@ from typing import Any
 
 from costmodels.errors import CommscopeError
 
-PERIODIC = {"local_sgd": "H"}
 LATENCY_BYTES = 64 * 1024  # sweep sizes below this are latency-bound: Suite.latency_iters iterations each
 
 

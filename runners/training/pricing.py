@@ -1,0 +1,107 @@
+"""A training technique priced by the cost models: which schedule, compressor and options stand for it, its
+predicted seconds per iteration in one or many environments, and the measured time of an iteration record to
+compare with.
+
+Shared by validation (:mod:`runners.validate`) and calibration (:mod:`runners.calibrate`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from costmodels.errors import CommscopeError
+
+#: Techniques whose iterations come in periods (local SGD averages every H steps): their measured time is the
+#: wall-clock mean over whole periods, which is what their schedule predicts.
+PERIODIC = {"local_sgd": "H"}
+
+
+def _collective_for(env_meta: Mapping[str, Any]) -> dict[str, str] | None:
+    """The fitted algorithm of each primitive (``commscope fit``'s metadata), or None (the cheapest)."""
+    algos = env_meta.get("algorithms")
+    return dict(algos) if isinstance(algos, Mapping) and algos else None
+
+
+def schedule_call(technique: str, options: Mapping[str, Any]) -> tuple[str, str | None, dict[str, Any]]:
+    """The schedule, compressor and schedule options that price ``technique`` with ``options``.
+
+    Technique options map to schedule options (fusion's ``bucket_cap_mb``, dear's ``buffer_bytes``, zero's
+    buckets, fsdp's ``unit_bytes``, local_sgd's ``H``, bsp's ``flatten``).
+    """
+    from runners.training import technique as get_technique
+
+    tech = get_technique(technique)
+    if tech.schedule is None:
+        raise CommscopeError(f"technique {tech.name} has no schedule to predict it with")
+    opts = {**tech.options, **options}
+    sched: dict[str, Any] = dict(tech.schedule_options)
+    if tech.schedule == "fusion" and "bucket_cap_mb" in opts:
+        sched["bucket_bytes"] = float(opts["bucket_cap_mb"]) * 2**20
+    elif tech.schedule == "dear" and "buffer_bytes" in opts:
+        sched["buffer_bytes"] = opts["buffer_bytes"]
+    elif tech.schedule == "zero":
+        sched.update({k: opts[k] for k in ("bucket_bytes", "allgather_bucket_bytes") if k in opts})
+    elif tech.schedule == "fsdp" and "unit_bytes" in opts:  # the runner wraps units by size
+        sched["unit_bytes"] = opts["unit_bytes"]
+    elif tech.schedule == "local_sgd":
+        sched["H"] = int(opts["H"])
+    elif tech.schedule == "bsp" and opts.get("flatten"):  # one message of every gradient after backward
+        sched["flatten"] = True
+    compressor = None
+    if tech.compressor is not None:
+        compressor = tech.compressor
+        if "density" in opts:
+            compressor = f"{compressor}:{opts['density']}"
+        elif "rank" in opts:
+            compressor = f"{compressor}:{opts['rank']}"
+        elif "bits" in opts:
+            compressor = f"{compressor}:{opts['bits']}"
+    return tech.schedule, compressor, sched
+
+
+def predict(technique: str, options: Mapping[str, Any], profile: Any, env: Any, p: int) -> tuple[float, str]:
+    """Predicted seconds per iteration of ``technique`` with ``options`` and how it was priced.
+
+    The technique's registered schedule and compressor (``runners.training``, :func:`schedule_call`) are
+    simulated with ``costmodels.simulate`` on the measured ``profile`` and fitted ``env``; every message goes
+    over the algorithm fitted for its primitive (e.g. gloo's reduce-scatter, which is an allreduce).
+    """
+    import costmodels as cm
+
+    schedule, compressor, sched = schedule_call(technique, options)
+    collective = _collective_for(env.metadata)
+    try:
+        r = cm.simulate(profile, env, p, schedule, collective, compressor, **sched)
+        over = "+".join(sorted(set(collective.values()))) if collective else "the cheapest algorithm"
+        how = f"{schedule}" + (f" + {compressor}" if compressor else "") + f" over {over}"
+    except CommscopeError:
+        r = cm.simulate(profile, env, p, schedule, None, compressor, **sched)
+        how = f"{schedule}" + (f" + {compressor}" if compressor else "") + " over the cheapest"
+    return float(r.iteration_time), how
+
+
+def predict_many(technique: str, options: Mapping[str, Any], profile: Any, envs: Sequence[Any], p: int
+                 ) -> np.ndarray:
+    """:func:`predict` in every environment of ``envs`` at once (``costmodels.sweep``; they share the fitted
+    algorithms of ``envs[0]``), as an array of seconds per iteration."""
+    import costmodels as cm
+
+    schedule, compressor, sched = schedule_call(technique, options)
+    collective = _collective_for(envs[0].metadata)
+    try:
+        r = cm.sweep(profile, list(envs), [p], schedule, collective, compressor, **sched)
+        return np.asarray(r.iteration_time, dtype=float).reshape(len(envs))
+    except CommscopeError:
+        return np.array([predict(technique, options, profile, e, p)[0] for e in envs])
+
+
+def measured_time(record: Mapping[str, Any]) -> float:
+    """The measured seconds per iteration of an iteration record: the median iteration (max over ranks), or for a
+    periodic technique (local SGD) the wall-clock mean over whole periods (see :mod:`runners.validate`)."""
+    cfg, res = record["config"], record["result"]
+    if cfg["algorithm"] in PERIODIC and "mean_time_s" in res:
+        return float(res["mean_time_s"])
+    return float(res["time_s"])
