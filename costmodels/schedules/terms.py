@@ -73,7 +73,8 @@ def run_graph(g: Graph, cfg: Configurations, record: bool, optimizer: Any, **det
         end, starts, ends = run_one(f, float(kc[0]), float(km[0]))
         time, evs = np.array([end]), events(f, starts, ends)
         sends = int(cfg.p.reshape(-1)[0]) > 1  # p = 1 sends nothing: no messages on the timeline
-        evs = [e for e in evs if (e.kind != "issue" or e.end > e.start) and (sends or e.stream == "compute")]
+        evs = [e for e in evs if (e.kind not in ("issue", "optimizer") or e.end > e.start)
+               and (sends or e.stream == "compute")]
     else:
         f = g.freeze(merge=True)
         time, evs = run_many(f, kc, km), None
