@@ -7,7 +7,9 @@ The fixture was written from the schedules as they were before interference, hos
 optimizer step existed (issue 16); ``tests/test_interference.py`` checks that with kappa_c = kappa_m =
 host_overhead = 0 and no optimizer time every schedule still gives these times, through ``cm.simulate``
 and through ``cm.sweep``. Cases: every schedule x every shipped profile x ENVS x P (library's choice of
-collective), and the compressible schedules with COMPRESSORS on resnet50.
+collective), and the compressible schedules with COMPRESSORS on resnet50. The environments are stored
+with the times (``environments``: each preset's JSON as it was), so that later changes to the presets
+do not move the fixture.
 """
 
 from __future__ import annotations
@@ -59,8 +61,9 @@ def main() -> None:
         return
     rows = [{**c, "iteration_time": compute(c)} for c in cases()]
     OUT.parent.mkdir(parents=True, exist_ok=True)
+    envs = {e: environment(e).to_dict() for e in ENVS}
     OUT.write_text(json.dumps({"written_by": "tools/make_schedule_baseline.py", "envs": ENVS, "p": P,
-                               "cases": rows}, indent=1) + "\n")
+                               "environments": envs, "cases": rows}, indent=1) + "\n")
     print(f"wrote {len(rows)} cases to {OUT}")
 
 
