@@ -81,16 +81,19 @@ def test_wfbp_host_overhead_on_the_backward_thread_by_hand() -> None:
 
 
 def test_bsp_overhead_and_optimizer_by_hand() -> None:
-    # BSP issues after backward (18 ms), one message per o = 1 ms: issues 18-19, 19-20, 20-21; messages l2 19-24,
-    # l1 24-28, l0 28-31; then the optimizer step (3 ms): 34 ms. Nothing overlaps compute, so interference changes
-    # nothing.
+    # BSP issues after backward (18 ms) one blocking all-reduce at a time from the training thread, o = 1 ms each:
+    # issue 18-19, l2 19-24; issue 24-25, l1 25-29; issue 29-30, l0 30-33; then the optimizer step (3 ms): 36 ms.
+    # Nothing overlaps compute, so interference changes nothing.
     prof = THREE.with_optimizer(3 * MS)
     r = hand("bsp", prof, ENV.with_(host_overhead=1 * MS))
-    assert spans(r) == [("l2", 19, 24), ("l1", 24, 28), ("l0", 28, 31)]
-    assert r.iteration_time == pytest.approx(34 * MS, rel=1e-12)
+    assert spans(r) == [("l2", 19, 24), ("l1", 25, 29), ("l0", 30, 33)]
+    assert r.iteration_time == pytest.approx(36 * MS, rel=1e-12)
     assert hand("bsp", prof, ENV.with_(host_overhead=1 * MS, kappa_c=1.0, kappa_m=1.0)).iteration_time == \
-        pytest.approx(34 * MS, rel=1e-12)
+        pytest.approx(36 * MS, rel=1e-12)
     assert r.compute_time == pytest.approx(21 * MS)  # a single worker's forward, backward and step
+    # flatten: one message of all three (5 + 4 + 3 ms of bandwidth less two latencies, see ENV) after one o
+    flat = hand("bsp", prof, ENV.with_(host_overhead=1 * MS), flatten=True)
+    assert [s[0] for s in spans(flat)] == ["l2..l0 (3)"] and spans(flat)[0][1] == 19
 
 
 def test_dear_by_hand() -> None:
@@ -150,7 +153,7 @@ def random_graph(rng: np.random.Generator, configs: int) -> Graph:
 def fluid(g: Graph, kc: float, km: float, row: int = 0, dt: float = 1e-3) -> float:
     """The same model by brute force: advance every running task by dt at its rate until all are done."""
     f = g.freeze()
-    work = f.work[row, :-1].copy()
+    work = f.work[:-1, row].copy()
     done = np.zeros(f.tasks, dtype=bool)
     t = 0.0
     while not done.all():

@@ -53,8 +53,9 @@ HOST, COMPUTE, COMM = 0, 1, 2
 class Frozen:
     """A built graph: T tasks sorted by stream (each stream's tasks contiguous, in order), plus a sentinel.
 
-    ``dep[i]`` is the task i waits for (-1: none) and ``dep_stream[i]`` its stream; ``work`` is (C, T + 1)
-    with a zero sentinel column; ``off[s]:off[s + 1]`` are stream s's tasks.
+    ``dep[i]`` is the task i waits for (-1: none) and ``dep_stream[i]`` its stream; ``work`` is (T + 1, C),
+    each task's work in every configuration, with a zero sentinel row; ``off[s]:off[s + 1]`` are stream
+    s's tasks.
     """
 
     streams: tuple[str, ...]
@@ -76,7 +77,7 @@ class Frozen:
         sel = self.kind[:-1] == kind
         if stream is not None:
             sel &= self.stream[:-1] == self.streams.index(stream)
-        return self.work[:, :-1][:, sel].sum(axis=1)
+        return self.work[:-1][sel].sum(axis=0)
 
 
 class Graph:
@@ -94,7 +95,7 @@ class Graph:
         the stream, ``dep`` (n,) the ids of the tasks they wait for (-1: none). Returns their ids."""
         key = np.atleast_1d(np.asarray(key, dtype=float))
         n = len(key)
-        work = np.broadcast_to(np.asarray(work, dtype=float), (self.configs, n))
+        work = np.broadcast_to(np.asarray(work, dtype=float), (self.configs, n)).T
         dep = np.broadcast_to(np.asarray(dep, dtype=np.int64), (n,))
         labels = [labels] * n if isinstance(labels, tuple) else list(labels)
         if stream not in self.streams:
@@ -106,59 +107,82 @@ class Graph:
         return ids
 
     def freeze(self, merge: bool = False) -> Frozen:
-        """Sort by (stream, key); with ``merge``, runs of tasks of one kind on one stream that nothing waits
-        between are joined into one task (the same times: nothing can happen at the joints)."""
+        """Sort by (stream, key). With ``merge`` (for :func:`run_many`), two rewrites that keep every time:
+        a HOST task of no work in any configuration that waits for nothing is dropped (what waited for it
+        waits for the task before it on its stream), and runs of tasks of one kind on one stream that nothing
+        waits on between are joined into one task (nothing can happen at the joints)."""
         stream = np.concatenate([np.full(len(p[2]), p[0]) for p in self._parts])
         kind = np.concatenate([np.full(len(p[2]), p[1]) for p in self._parts])
         key = np.concatenate([p[2] for p in self._parts])
-        work = np.concatenate([p[3] for p in self._parts], axis=1)
         dep = np.concatenate([p[4] for p in self._parts])
-        nbytes = np.concatenate([p[5] for p in self._parts])
         labels = [lab for p in self._parts for lab in p[6]]
         order = np.lexsort((np.arange(len(key)), key, stream))
         inv = np.empty_like(order)
         inv[order] = np.arange(len(order))
-        stream, kind, work, nbytes = stream[order], kind[order], work[:, order], nbytes[order]
+        work = np.empty((len(order), self.configs))
+        for p in self._parts:
+            work[inv[p[7]]] = p[3]
+        stream, kind, nbytes = stream[order], kind[order], np.concatenate([p[5] for p in self._parts])[order]
         dep = np.where(dep[order] >= 0, inv[np.maximum(dep[order], 0)], -1)
         labels = [labels[i] for i in order]
-        if merge:  # within a run only the last task can be waited for, so waits move to the merged task
+        if merge:
+            drop = (kind == HOST) & (dep < 0) & ~(work != 0).any(axis=1)
+            if drop.any():
+                target = np.arange(len(stream))  # who is waited for instead of each task
+                for i in np.flatnonzero(drop):
+                    target[i] = target[i - 1] if i and stream[i - 1] == stream[i] else -1
+                keep = ~drop
+                new = np.cumsum(keep) - 1
+                dep = np.where(dep >= 0, target[np.maximum(dep, 0)], -1)[keep]
+                dep = np.where(dep >= 0, new[np.maximum(dep, 0)], -1)
+                stream, kind, work, nbytes = stream[keep], kind[keep], work[keep], nbytes[keep]
+                labels = [lab for lab, k in zip(labels, keep, strict=True) if k]
+            # within a run only the last task can be waited for, so waits move to the merged task
             waited = np.zeros(len(stream), dtype=bool)
             waited[dep[dep >= 0]] = True
             joint = np.zeros(len(stream), dtype=bool)  # task i joins task i - 1
             joint[1:] = (stream[1:] == stream[:-1]) & (kind[1:] == kind[:-1]) & (dep[1:] < 0) & ~waited[:-1]
-            heads = np.flatnonzero(~joint)
-            new = np.cumsum(~joint) - 1
-            work, nbytes = np.add.reduceat(work, heads, axis=1), np.add.reduceat(nbytes, heads)
-            dep = np.where(dep[heads] >= 0, new[np.maximum(dep[heads], 0)], -1)
-            stream, kind, labels = stream[heads], kind[heads], [labels[i] for i in heads]
+            if joint.any():
+                heads = np.flatnonzero(~joint)
+                new = np.cumsum(~joint) - 1
+                ends = np.append(heads[1:], len(stream))
+                merged = work[heads]
+                for j in np.flatnonzero(ends - heads > 1):  # few runs are longer than one task
+                    merged[j] = work[heads[j]:ends[j]].sum(axis=0)
+                work, nbytes = merged, np.add.reduceat(nbytes, heads)
+                dep = np.where(dep[heads] >= 0, new[np.maximum(dep[heads], 0)], -1)
+                stream, kind, labels = stream[heads], kind[heads], [labels[i] for i in heads]
         off = np.searchsorted(stream, np.arange(len(self.streams) + 1))
         dep_stream = np.where(dep >= 0, stream[np.maximum(dep, 0)], 0)
         return Frozen(tuple(self.streams), np.append(stream, -1), np.append(kind, HOST), np.append(dep, -1),
-                      np.append(dep_stream, 0), np.concatenate([work, np.zeros((len(work), 1))], axis=1), off,
+                      np.append(dep_stream, 0), np.concatenate([work, np.zeros((1, self.configs))]), off,
                       (*labels, ("", "")), np.append(nbytes, 0.0))
 
 
 def run_many(g: Frozen, kappa_c: np.ndarray, kappa_m: np.ndarray) -> np.ndarray:
-    """End of the last task of every configuration (rows of ``g.work``), by the module's recurrence.
+    """End of the last task of every configuration (columns of ``g.work``), by the module's recurrence.
 
-    State is (streams, configurations), so that what concerns all streams of a configuration is a
-    reduction over the short leading axis.
+    State is (streams, configurations): each stream's current task (the sentinel once it is done, which
+    counts as after every task) and the work it has left. In ``g.work`` configurations at the same task
+    are neighbours.
     """
-    c, sentinel = g.work.shape[0], g.tasks
+    sentinel, c = g.tasks, g.work.shape[1]
+    work = g.work.reshape(-1)
     cols = np.arange(c)[None, :]
     kc, km = np.reshape(kappa_c, (1, -1)), np.reshape(kappa_m, (1, -1))
-    stop = g.off[1:, None]
-    pos = np.repeat(g.off[:-1, None], c, axis=1)
-    rem = g.work[cols, np.where(pos < stop, pos, sentinel)]
+    nxt = np.arange(1, sentinel + 2)
+    nxt[g.off[1:] - 1] = sentinel  # after a stream's last task: the sentinel
+    nxt[sentinel] = sentinel
+    first = np.where(g.off[:-1] < g.off[1:], g.off[:-1], sentinel)
+    pos = np.repeat(first[:, None], c, axis=1)
+    rem = np.take(work, pos * c + cols)
     t = np.zeros(c)
     while True:
-        live = pos < stop
+        live = pos != sentinel
         if not live.any():
             return t
-        cur = np.where(live, pos, sentinel)
-        d = g.dep[cur]
-        run = live & ((d < 0) | (pos[g.dep_stream[cur], cols] > d))
-        k = g.kind[cur]
+        run = live & (np.take(pos, g.dep_stream[pos] * c + cols) > g.dep[pos])  # no dependency: dep = -1 < pos
+        k = g.kind[pos]
         is_comp, is_comm = run & (k == COMPUTE), run & (k == COMM)
         slow = 1.0 + np.where(is_comp, kc * is_comm.any(axis=0), np.where(is_comm, km * is_comp.any(axis=0), 0.0))
         need = np.where(run, rem * slow, np.inf)
@@ -169,14 +193,13 @@ def run_many(g: Frozen, kappa_c: np.ndarray, kappa_m: np.ndarray) -> np.ndarray:
             dt = np.where(np.isfinite(dt), dt, 0.0)
         t = t + dt
         fin = run & (need <= dt)
-        rem = np.where(run, np.maximum(rem - dt / slow, 0.0), rem)
-        pos = pos + fin
-        rem = np.where(fin, g.work[cols, np.where(pos < stop, pos, sentinel)], rem)
+        pos = np.where(fin, nxt[pos], pos)
+        rem = np.where(fin, np.take(work, pos * c + cols), np.where(run, np.maximum(rem - dt / slow, 0.0), rem))
 
 
 def run_one(g: Frozen, kappa_c: float, kappa_m: float, row: int = 0) -> tuple[float, list[float], list[float]]:
     """:func:`run_many` for one configuration in plain Python: (end, start of each task, end of each task)."""
-    work, kind, dep, dstream = g.work[row].tolist(), g.kind.tolist(), g.dep.tolist(), g.dep_stream.tolist()
+    work, kind, dep, dstream = g.work[:, row].tolist(), g.kind.tolist(), g.dep.tolist(), g.dep_stream.tolist()
     stop = g.off[1:].tolist()
     pos = g.off[:-1].tolist()
     streams = range(len(pos))

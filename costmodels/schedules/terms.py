@@ -4,10 +4,10 @@ Each schedule becomes a task graph on the piecewise-rate engine (:mod:`.engine`,
 recurrence is derived); where interference, host overhead and the optimizer step are all 0 the graph
 gives the schedule's own recurrences (tested to 1e-12). Placements, and their sources:
 
-* **bsp**: the messages are issued after backward, one after the other from the training thread (o each,
-  serial on that thread, pipelined with the link: message j starts at max(link free, F + B + (j+1) o));
-  the optimizer step once every message has ended. Communication never overlaps compute: interference
-  has no effect.
+* **bsp**: the messages are issued after backward, one after the other from the training thread, each a
+  blocking ``all_reduce`` (``runners/training/exact_allreduce.py``: BSP), so the thread pays o, waits for the
+  message, then issues the next: T = F + B + sum_j (o + t_j) + the optimizer step (one message of every
+  gradient with ``flatten``). Communication never overlaps compute: interference has no effect.
 * **wfbp**, **fusion**, **mgwfbp**: PyTorch DDP issues a bucket's all-reduce from the autograd hook of its
   last gradient (``reducer.cpp``: ``mark_variable_ready`` -> ``all_reduce_bucket``), on the backward
   thread, so o delays the backward of the layers after it; Horovod and MG-WFBP's ``dopt.py`` likewise
@@ -108,8 +108,24 @@ def _per_tensor(cfg: Configurations, collective: str | None, record: bool, param
                              messages=n if int(cfg.p.max()) > 1 else 0)
 
 
-def _bsp(cfg: Configurations, collective: str | None, record: bool, **params: Any) -> TermsRun:
-    return _per_tensor(cfg, collective, record, params, after_backward=True)
+def _bsp(cfg: Configurations, collective: str | None, record: bool, *, flatten: bool = False,
+         **params: Any) -> TermsRun:
+    """Blocking messages after backward: each waits for the one before it, o then the message on the thread."""
+    prof = cfg.prof
+    n, names = len(prof), [x.name for x in prof.layers]
+    back = list(range(n - 1, -1, -1))
+    groups = [back] if flatten else [[i] for i in back]
+    sizes = np.array([[cfg.nbytes[x].sum() for x in groups]])
+    times = cfg.comm("allreduce", collective, params)(sizes)
+    g = Graph(len(cfg.p))
+    compute_stream(g, cfg)
+    prev: Any = -1
+    for j, x in enumerate(groups):
+        issue = g.add("compute", HOST, cfg.overhead, [2.0 * n + j], dep=prev, labels=("issue", group_label(names, x)))
+        prev = g.add("comm", COMM, times[:, j:j + 1], [j], dep=issue, labels=("allreduce", group_label(names, x)),
+                     nbytes=sizes[0, j])
+    g.add("compute", COMPUTE, prof.optimizer_s, KEY_END, dep=prev, labels=("optimizer", "step"))
+    return run_graph(g, cfg, record, prof.optimizer_s, messages=len(groups) if int(cfg.p.max()) > 1 else 0)
 
 
 def _wfbp(cfg: Configurations, collective: str | None, record: bool, **params: Any) -> TermsRun:
@@ -185,9 +201,13 @@ def _ps(cfg: Configurations, collective: str | None, record: bool, *, k: int | N
     bwd = compute_stream(g, cfg)
     j = np.arange(len(size_of))
     lab = [names[i] for i in layer_of]
-    push_issue = g.add("push thread", HOST, cfg.overhead, j, dep=bwd[layer_of], labels=[("issue", x) for x in lab])
+    # with o = 0 everywhere the threads are dropped: their issues would end at what they wait for, in order
+    threads = bool(cfg.overhead.any())
+    push_issue = g.add("push thread", HOST, cfg.overhead, j, dep=bwd[layer_of],
+                       labels=[("issue", x) for x in lab]) if threads else bwd[layer_of]
     push = g.add("comm", COMM, half, j, dep=push_issue, labels=[("push", x) for x in lab], nbytes=size_of)
-    pull_issue = g.add("pull thread", HOST, cfg.overhead, j, dep=push, labels=[("issue", x) for x in lab])
+    pull_issue = g.add("pull thread", HOST, cfg.overhead, j, dep=push, labels=[("issue", x) for x in lab]) \
+        if threads else push
     pull = g.add("pull", COMM, half, j, dep=pull_issue, labels=[("pull", x) for x in lab], nbytes=size_of)
     g.add("compute", COMPUTE, cfg.prof.optimizer_s, KEY_END, dep=pull[-1], labels=("optimizer", "step"))
     return run_graph(g, cfg, record, cfg.prof.optimizer_s, servers=int(cfg.p.max()) if k is None else k,
