@@ -91,9 +91,10 @@ def test_bsp_overhead_and_optimizer_by_hand() -> None:
     assert hand("bsp", prof, ENV.with_(host_overhead=1 * MS, kappa_c=1.0, kappa_m=1.0)).iteration_time == \
         pytest.approx(36 * MS, rel=1e-12)
     assert r.compute_time == pytest.approx(21 * MS)  # a single worker's forward, backward and step
-    # flatten: one message of all three (5 + 4 + 3 ms of bandwidth less two latencies, see ENV) after one o
+    # flatten: one message of all 6000 B after one o: 2 alpha + 6000 B x 1 us/B = 8 ms, 19-27; the step to 30 ms
     flat = hand("bsp", prof, ENV.with_(host_overhead=1 * MS), flatten=True)
-    assert [s[0] for s in spans(flat)] == ["l2..l0 (3)"] and spans(flat)[0][1] == 19
+    assert [(a, b) for _, a, b in spans(flat)] == [(19, 27)]
+    assert flat.iteration_time == pytest.approx(30 * MS, rel=1e-12)
 
 
 def test_dear_by_hand() -> None:

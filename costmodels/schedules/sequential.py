@@ -64,9 +64,18 @@ def _per_tensor(name: str, prof: ModelProfile, env: Environment, p: int, collect
     return _result(name, p, prof, events, messages=len(order) if p > 1 else 0)
 
 
-def _bsp(prof: ModelProfile, env: Environment, p: int, collective: str | None = None, **params: Any
-         ) -> IterationResult:
-    return _per_tensor("bsp", prof, env, p, collective, params, overlap=False)
+def _bsp(prof: ModelProfile, env: Environment, p: int, collective: str | None = None, *, flatten: bool = False,
+         **params: Any) -> IterationResult:
+    if not flatten:
+        return _per_tensor("bsp", prof, env, p, collective, params, overlap=False)
+    nbytes, names = _validated(prof, env, p)  # one message of every gradient, after backward
+    events, ready = _compute_events(prof)
+    if p > 1:
+        order = [list(range(len(prof) - 1, -1, -1))]
+        comm = Comm("allreduce", p, env, collective, params)
+        events += _send_in_order(order, np.full(len(prof), float(ready.max())), nbytes, comm, "allreduce",
+                                 names)[0]
+    return _result("bsp", p, prof, events, messages=1 if p > 1 else 0)
 
 
 def _wfbp(prof: ModelProfile, env: Environment, p: int, collective: str | None = None, **params: Any
@@ -216,7 +225,10 @@ def _per_tensor_kernel(cfg: Configurations, collective: str | None, params: Mapp
     return np.maximum(serial_ends(cfg.ready[back], dt)[:, -1], cfg.prof.compute_s)
 
 
-def _bsp_kernel(cfg: Configurations, collective: str | None = None, **params: Any) -> np.ndarray:
+def _bsp_kernel(cfg: Configurations, collective: str | None = None, *, flatten: bool = False,
+                **params: Any) -> np.ndarray:
+    if flatten:
+        return cfg.prof.compute_s + cfg.comm("allreduce", collective, params)(np.array([[cfg.nbytes.sum()]]))[:, 0]
     return _per_tensor_kernel(cfg, collective, params, overlap=False)
 
 
@@ -273,9 +285,10 @@ def _local_sgd_kernel(cfg: Configurations, collective: str | None = None, *, H: 
 
 
 for _entry in (
-    Schedule("bsp", "forward, backward, then every gradient tensor all-reduced (no overlap)",
+    Schedule("bsp", "forward, backward, then every gradient tensor all-reduced (no overlap; flatten: all of "
+                    "them as one message)",
              "Tang et al., arXiv 2003.06307, Sec. 3 (BSP); Shi et al., arXiv 2005.13247 (naive S-SGD)",
-             "allreduce", {}, _bsp, vectorized=_bsp_kernel),
+             "allreduce", {"flatten": False}, _bsp, vectorized=_bsp_kernel),
     Schedule("wfbp", "each layer's gradient all-reduced as soon as it is ready and the link is free",
              "Zhang et al., Poseidon (USENIX ATC 2017); Awan et al., S-Caffe (PPoPP 2017)", "allreduce", {}, _wfbp,
              vectorized=_wfbp_kernel),
