@@ -339,7 +339,7 @@ EXPECTED = {  # name: (compressor, bound, schedule)
     "qsgd": ("qsgd", "qsgd", "fusion"), "terngrad": ("terngrad", None, "fusion"),
     "signsgd": ("signsgd", "signsgd", "fusion"), "ef_signsgd": ("ef_signsgd", "ef_signsgd", "fusion"),
     "local_sgd": (None, "local_sgd", "local_sgd"),
-    "dpsgd": (None, "dpsgd", None),
+    "dpsgd": (None, "dpsgd", "dpsgd"),
 }
 
 

@@ -59,22 +59,30 @@ def test_predict_maps_techniques_to_schedules() -> None:
     assert t == pytest.approx(cm.simulate(PROF, ENV, 2, "local_sgd", ENV.metadata["algorithms"], H=4).iteration_time)
     t, how = v.predict("topk", {"density": 0.5}, PROF, ENV, 2)
     assert "topk:0.5" in how and t > PROF.compute_s
-    with pytest.raises(cm.CommscopeError, match="no schedule"):
-        v.predict("dpsgd", {}, PROF, ENV, 2)
+    # D-PSGD on a ring of 4: local step, then the 3000 B model to and from both neighbours and averaged:
+    # compute 9 ms + 2 x (alpha 1 ms + 3000 B x 1 us/B) = 17 ms; 2 ranks have one neighbour: 9 + 4 = 13 ms;
+    # o = 0.5 ms per neighbour posted by the training thread: 17 + 2 x 0.5 = 18 ms
+    assert v.predict("dpsgd", {}, PROF, ENV, 4)[0] == pytest.approx(17 * MS)
+    assert v.predict("dpsgd", {}, PROF, ENV, 2)[0] == pytest.approx(13 * MS)
+    assert v.predict("dpsgd", {}, PROF, ENV.with_(host_overhead=0.5 * MS), 4)[0] == pytest.approx(18 * MS)
+    assert cm.sweep(PROF, [ENV, ENV.with_(host_overhead=0.5 * MS)], [2, 4], "dpsgd").iteration_time == \
+        pytest.approx(np.array([[13, 17], [13.5, 18]]) * MS)
+    with pytest.raises(cm.CommscopeError, match="topology 'star' has no gossip cost model"):
+        v.predict("dpsgd", {"topology": "star"}, PROF, ENV, 4)
 
 
-def _iteration(algorithm: str, time_s: float, **extra: float) -> dict:
+def _iteration(algorithm: str, time_s: float, model: str = "toy", **extra: float) -> dict:
     run = results.run_info("gloo", 2, 1, ["cpu", "cpu"], local_world_size=1)
-    return results.record("iteration", {"algorithm": algorithm, "model": "toy", "batch_size": 32, "world_size": 2,
+    return results.record("iteration", {"algorithm": algorithm, "model": model, "batch_size": 32, "world_size": 2,
                                         "options": {"H": 4} if algorithm == "local_sgd" else {}},
                           {"time_s": time_s, **extra}, run, "test")
 
 
 def test_measured_time_and_compare() -> None:
     recs = [_iteration("bsp", 0.02), _iteration("local_sgd", 0.01, mean_time_s=0.012),
-            _iteration("dpsgd", 0.05)]
+            _iteration("dpsgd", 0.05, model="unprofiled")]
     assert v.measured_time(recs[1]) == 0.012  # periodic: wall-clock mean, not the median iteration
-    out = v.compare(recs, PROF, ENV, "host")
+    out = v.compare(recs, {"toy": PROF}, ENV, "host")
     assert [r["config"]["technique"] for r in out] == ["bsp", "local_sgd", "dpsgd"]
     bsp = out[0]["result"]
     assert bsp["predicted_s"] == pytest.approx(cm.simulate(PROF, ENV, 2, "bsp", ENV.metadata["algorithms"])
@@ -86,7 +94,7 @@ def test_measured_time_and_compare() -> None:
     assert s["all"]["n"] == 2 and s["all"]["unpredicted"] == 1
     assert s["all"]["max_abs_error"] == pytest.approx(max(abs(rows[0]["error"]), abs(rows[1]["error"])))
     md = v.markdown(rows, "commscope validate ...")
-    assert "| dpsgd | host | 2 | toy |" in md and "n/a" in md
+    assert "| dpsgd | host | 2 | unprofiled |" in md and "n/a" in md
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

@@ -1,8 +1,8 @@
 """Iteration schedules: the framework and :func:`simulate` (``core``), shared building blocks (``blocks``),
-one module per family (``sequential``, ``overlap``, ``sharded``, each registering its schedules on import),
-and the vectorized :func:`sweep` over many configurations (``vectorized``). Interference, host overhead and
-the optimizer step: the piecewise-rate engine (``engine``) and each schedule as a task graph on it
-(``terms``, ``terms_overlap``, ``terms_bytescheduler``).
+one module per family (``sequential``, ``overlap``, ``sharded``, ``decentralized``, each registering its
+schedules on import), and the vectorized :func:`sweep` over many configurations (``vectorized``).
+Interference, host overhead and the optimizer step: the piecewise-rate engine (``engine``) and each schedule
+as a task graph on it (``terms``, ``terms_overlap``, ``terms_bytescheduler``, and ``decentralized``'s own).
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ from .overlap import ITERATIONS, CommPlan, best_dear_buffer, dear_groups  # byte
 
 # isort: split
 from .sharded import DEEPSPEED_BUCKET_ELEMENTS, zero_buckets  # zero, fsdp
+
+# isort: split
+from . import decentralized  # noqa: F401  (dpsgd)
 
 # isort: split
 from . import terms, terms_bytescheduler, terms_overlap  # noqa: F401  (register each schedule with interference, overhead, optimizer)

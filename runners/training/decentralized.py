@@ -146,6 +146,7 @@ for _t in (
               exact=False, schedule="local_sgd", bound="local_sgd", options={"H": 8}),
     Technique("dpsgd", "D-PSGD: a local step, then gossip with the topology's mixing matrix (ring: Metropolis "
               "weights 1/3) by point-to-point exchange with each neighbour", DPSGD, exact=False, bound="dpsgd",
+              schedule="dpsgd",
               options={"topology": "ring"}),
 ):
     TECHNIQUES.register(_t)

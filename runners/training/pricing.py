@@ -50,6 +50,8 @@ def schedule_call(technique: str, options: Mapping[str, Any]) -> tuple[str, str 
         sched["H"] = int(opts["H"])
     elif tech.schedule == "bsp" and opts.get("flatten"):  # one message of every gradient after backward
         sched["flatten"] = True
+    elif tech.schedule == "dpsgd" and "topology" in opts:
+        sched["topology"] = opts["topology"]
     compressor = None
     if tech.compressor is not None:
         compressor = tech.compressor
