@@ -364,3 +364,23 @@ def test_preset_defaults_cite_their_source_or_say_pending() -> None:
             assert env.kappa_c == 0.189 and "arXiv 2507.03114" in env.source, name
         else:
             assert env.kappa_c == 0 and "0 pending measurement" in env.source, name
+
+
+# ------------------------------------------------------------------ ByteScheduler's kernel (item 6)
+def test_bytescheduler_kernel_equals_its_event_simulation_on_random_models() -> None:
+    """The kernel keeps the unsent ready partitions as a stack of intervals (overlap._send_batches): random
+    models with empty tensors, ties of ready times and credits of one to four partitions exercise it."""
+    rng = np.random.default_rng(2)
+    for _ in range(12):
+        layers = tuple(cm.Layer(f"l{i}", 1, float(rng.choice([0, rng.integers(1, 6_000_000)])),
+                                float(rng.uniform(0, 2e-3)), float(rng.choice([0, rng.uniform(0, 4e-3)])))
+                       for i in range(25))
+        prof = cm.ModelProfile(name="random", layers=layers, device="x", dtype="float32", batch_size=1,
+                               origin="estimated", source="random")
+        part = float(rng.choice([2**20, 2**21, 3e6]))
+        options = {"partition_bytes": part, "credit_bytes": part * float(rng.choice([1, 1.5, 2, 4]))}
+        envs = [cm.Environment(alpha=float(a), beta=float(b))
+                for a, b in zip(rng.uniform(1e-6, 1e-3, 2), rng.uniform(1e-10, 3e-9, 2), strict=True)]
+        got = cm.sweep(prof, envs, [2, 8], "bytescheduler", **options).iteration_time
+        want = [[cm.simulate(prof, e, q, "bytescheduler", **options).iteration_time for q in (2, 8)] for e in envs]
+        np.testing.assert_allclose(got, want, rtol=1e-12)

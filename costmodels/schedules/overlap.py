@@ -245,16 +245,92 @@ def _bytescheduler(prof: ModelProfile, env: Environment, p: int, collective: str
                          credit_bytes=credit)
 
 
+def _frontier(t0: np.ndarray, plateaus: tuple[np.ndarray, np.ndarray], link: np.ndarray) -> np.ndarray:
+    """First partition ready by ``link`` (t0 + ready_after[q] <= link), for every configuration.
+
+    ``plateaus``: (first partition, ready_after) of each run of equal ready_after, which falls with q and
+    ends with -inf. A search on link - t0 finds the run up to rounding; two steps each way on the exact
+    comparison settle it (rounding moves it by at most one run).
+    """
+    start, value = plateaus
+    j = len(value) - np.searchsorted(value[::-1], link - t0, side="right")
+    for _ in range(2):
+        j = j + ~(t0 + value[j] <= link)
+        j = j - ((j > 0) & (t0 + value[np.maximum(j - 1, 0)] <= link))
+    return start[j]
+
+
+def _send_batches(t0: np.ndarray, plateaus: tuple[np.ndarray, np.ndarray], ps: np.ndarray, pp: np.ndarray,
+                  credit: float, link: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One iteration of ByteScheduler's link for every configuration: (link free, end of each partition's batch).
+
+    Gradients are ready from the last partition down (:func:`_frontier`) and a batch
+    takes the ready unsent partitions of lowest index, so within the ready part [f, P) the unsent ones
+    are a stack of intervals [x, e) (the lowest on top): the frontier moving down pushes [f', f) (joined
+    to the top when that is untouched), a batch pops from the top while the credit lasts (``ps``: bytes
+    before each partition, so that [x, e) holds ps[e] - ps[x]; ``pp``: the same of each configuration's
+    prices). Each pop is recorded; pops tile [0, P), so a partition's batch is the pop with the largest
+    start at or below it.
+    """
+    c, parts = pp.shape[0], len(ps) - 1
+    rows = np.arange(c)
+    ready_after = np.repeat(plateaus[1], np.diff(np.append(plateaus[0], parts + 1)))
+    f, depth, left_parts = np.full(c, parts), np.zeros(c, dtype=np.int64), np.full(c, parts)
+    x_top, e_top = np.zeros((c, 1), dtype=np.int64), np.zeros((c, 1), dtype=np.int64)  # grows as needed
+    pops: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def advance(active: np.ndarray) -> None:
+        nonlocal f, depth, x_top, e_top
+        new = np.where(active, np.minimum(_frontier(t0, plateaus, link), f), f)
+        grow = new < f
+        top = np.maximum(depth - 1, 0)
+        join = grow & (depth > 0) & (x_top[rows, top] == f)
+        push = grow & ~join
+        if push.any() and depth.max() + 1 > x_top.shape[1]:
+            x_top, e_top = (np.concatenate([a, np.zeros_like(a)], axis=1) for a in (x_top, e_top))
+        at = np.where(join, top, depth)
+        x_top[rows[grow], at[grow]] = new[grow]
+        e_top[rows[push], depth[push]] = f[push]
+        depth, f = depth + push, new
+
+    while (left_parts > 0).any():
+        active = left_parts > 0
+        advance(active)
+        idle = active & (depth == 0)
+        if idle.any():  # nothing ready: the link waits for the next gradient
+            link = np.where(idle, t0 + ready_after[np.maximum(f - 1, 0)], link)  # the latest not ready
+            advance(idle)
+        left, go, cost, taken = np.full(c, credit), active.copy(), np.zeros(c), []
+        while go.any():  # the batch: from the top interval down while the credit lasts
+            top = np.maximum(depth - 1, 0)
+            x, e = x_top[rows, top], e_top[rows, top]
+            whole = ps[e] - ps[x] <= left
+            cut = np.where(whole, e, np.minimum(np.searchsorted(ps, ps[x] + left, side="right") - 1, e))
+            take = go & (cut > x)
+            cost += np.where(take, pp[rows, cut] - pp[rows, x], 0.0)
+            left = left - np.where(take, ps[cut] - ps[x], 0.0)
+            left_parts = left_parts - np.where(take, cut - x, 0)
+            taken.append((rows[take], x[take]))
+            x_top[rows[take], top[take]] = cut[take]
+            depth = depth - (take & whole)
+            go = take & whole & (depth > 0)
+        link = np.where(active, link + cost, link)
+        pops += [(r, x, link[r]) for r, x in taken]
+    end, start = np.zeros((c, parts)), np.zeros((c, parts), dtype=bool)
+    for r, x, t in pops:
+        end[r, x], start[r, x] = t, True
+    first = np.maximum.accumulate(np.where(start, np.arange(parts), 0), axis=1)
+    return link, end[rows[:, None], first]
+
+
 def _bytescheduler_kernel(cfg: Configurations, collective: str | None = None, *,
                           partition_bytes: Any = 4 * 2**20, credit_bytes: Any = 16 * 2**20, **params: Any
                           ) -> np.ndarray:
     """:func:`_bytescheduler`'s steady state for many configurations at once.
 
-    The priority queue becomes a (configurations x partitions) mask: each step, every configuration
-    takes its available partitions in priority order while the running sum stays within the credit
-    (the first always fits, since a partition is at most the credit), or, with none available,
-    jumps its link to the earliest pending partition. Configurations advance in lock-step; one that
-    has emptied its queue idles until the others finish the iteration.
+    The compute of each iteration follows from when each layer's partitions were sent
+    (:func:`serial_ends`); the link's batches, from :func:`_send_batches`, whose work per step does not
+    grow with the number of partitions. Configurations advance in lock-step.
     """
     part = _bytes_option("partition_bytes", partition_bytes)
     credit = _bytes_option("credit_bytes", credit_bytes)
@@ -263,31 +339,23 @@ def _bytescheduler_kernel(cfg: Configurations, collective: str | None = None, *,
     comm = cfg.comm("allreduce", collective, params)
     prof, nbytes = cfg.prof, cfg.nbytes
     layer_of, size_of = partitions(nbytes, part)
-    first_of_layer = np.searchsorted(layer_of, np.arange(len(nbytes)))
+    last_of_layer = np.append(np.searchsorted(layer_of, np.arange(1, len(nbytes))), len(size_of)) - 1
     fwd, bwd = np.array(prof.column("forward_s")), np.array(prof.column("backward_s"))
     after_backward = np.cumsum(bwd[::-1])[::-1]
+    ready_after = np.append(after_backward[layer_of], -np.inf)
+    first = np.flatnonzero(np.append(True, ready_after[1:] != ready_after[:-1]))
+    plateaus = first, ready_after[first]
     c = cfg.p.shape[0]
     price = np.broadcast_to(comm(size_of[None, :]), (c, len(size_of)))  # each partition is its own all-reduce
+    ps = np.concatenate([[0.0], np.cumsum(size_of)])
+    pp = np.concatenate([np.zeros((c, 1)), np.cumsum(price, axis=1)], axis=1)
     done, t, link, starts = np.zeros((c, len(nbytes))), np.zeros(c), np.zeros(c), []
     for _ in range(ITERATIONS):
         starts.append(np.maximum(t, done[:, 0]))
         t = serial_ends(done, np.broadcast_to(fwd, done.shape), t)[:, -1]
-        part_ready = t[:, None] + after_backward[layer_of][None, :]
+        link, sent = _send_batches(t, plateaus, ps, pp, credit, link)
         t = t + after_backward[0]
-        pending = np.ones(part_ready.shape, dtype=bool)
-        sent = np.zeros(part_ready.shape)
-        while pending.any():
-            avail = pending & (part_ready <= link[:, None])
-            idle = ~avail.any(axis=1) & pending.any(axis=1)
-            if idle.any():
-                link = np.where(idle, np.where(pending, part_ready, np.inf).min(axis=1), link)
-                avail = pending & (part_ready <= link[:, None])
-            take = avail & (np.cumsum(np.where(avail, size_of, 0.0), axis=1) <= credit)
-            active = take.any(axis=1)
-            link = np.where(active, link + np.where(take, price, 0.0).sum(axis=1), link)
-            sent = np.where(take, link[:, None], sent)
-            pending &= ~take
-        done = np.maximum.reduceat(sent, first_of_layer, axis=1)
+        done = sent[:, last_of_layer]
     return np.maximum(starts[-1] - starts[-2], prof.compute_s)
 
 
