@@ -155,18 +155,24 @@ def test_validate_end_to_end_on_the_host(tmp_path) -> None:
     if shutil.which("torchrun") is None and not os.path.exists(os.path.join(os.path.dirname(os.sys.executable),
                                                                               "torchrun")):
         pytest.skip("torchrun is not installed")
-    suite = v.Suite("tiny", "mlp", 16, (("bsp", {}), ("fusion", {}), ("local_sgd", {"H": 2})), iterations=4,
-                    warmup=1, sweep_sizes=("4", "64KiB", 16.0), sweep_iters=(1, 3), profile_iters=(1, 3))
+    suite = v.Suite("tiny", "mlp", 16, (("bsp", {"flatten": True}), ("fusion", {}), ("local_sgd", {"H": 2})),
+                    iterations=4, warmup=1, sweep_sizes=("4", "64KiB", 16.0), sweep_iters=(1, 3), profile_iters=(1, 3),
+                    extra_models=(("gpt_small", 4),), repeats=2)
     recs, failures = v.validate(suite, 2, tmp_path, timeout=60.0, command="test")
     assert failures == []
-    assert [r["config"]["technique"] for r in recs] == ["bsp", "fusion", "local_sgd"]
+    assert [(r["config"]["technique"], r["config"]["model"]) for r in recs] == [
+        (t, m) for m in ("mlp", "gpt_small") for t in ("bsp", "fusion", "local_sgd")]
+    assert all(r["config"]["repeats"] == 2 for r in recs)
     assert all(math.isfinite(r["result"]["predicted_s"]) and r["result"]["measured_s"] > 0 for r in recs)
+    assert all(math.isfinite(r["result"]["predicted_calibrated_s"]) for r in recs)  # bsp beside fusion
+    assert all(r["result"]["comm_share_bsp"] is not None for r in recs)
+    assert (tmp_path / "host" / "profile-gpt_small.json").exists()
     assert (tmp_path / "validation.csv").read_text().startswith("technique,environment,p,model")
     assert (tmp_path / "host" / "environment.json").exists() and (tmp_path / "host" / "profile.json").exists()
     prof = cm.load_profile(tmp_path / "host" / "profile.json")
     assert "synchronised_forward_s" in prof.metadata and prof.metadata["concurrent_ranks"] == 2
     kinds = [r["kind"] for r in results.load(tmp_path / "host" / "records.jsonl").records]
-    assert kinds.count("iteration") == 3 and "environment" in kinds and "profile" in kinds
+    assert kinds.count("iteration") == 12 and "environment" in kinds and kinds.count("profile") == 2
 
 
 def test_fused_compressed_techniques_are_one_message_after_backward() -> None:
