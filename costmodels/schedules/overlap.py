@@ -276,45 +276,51 @@ def _send_batches(t0: np.ndarray, plateaus: tuple[np.ndarray, np.ndarray], ps: n
     rows = np.arange(c)
     ready_after = np.repeat(plateaus[1], np.diff(np.append(plateaus[0], parts + 1)))
     f, depth, left_parts = np.full(c, parts), np.zeros(c, dtype=np.int64), np.full(c, parts)
-    x_top, e_top = np.zeros((c, 1), dtype=np.int64), np.zeros((c, 1), dtype=np.int64)  # grows as needed
+    link = link.copy()
+    xt, et = np.zeros(c, dtype=np.int64), np.zeros(c, dtype=np.int64)  # the top interval
+    below_x, below_e = np.zeros((c, 1), dtype=np.int64), np.zeros((c, 1), dtype=np.int64)  # the rest; grows
     pops: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
-    def advance(active: np.ndarray) -> None:
-        nonlocal f, depth, x_top, e_top
-        new = np.where(active, np.minimum(_frontier(t0, plateaus, link), f), f)
-        grow = new < f
-        top = np.maximum(depth - 1, 0)
-        join = grow & (depth > 0) & (x_top[rows, top] == f)
-        push = grow & ~join
-        if push.any() and depth.max() + 1 > x_top.shape[1]:
-            x_top, e_top = (np.concatenate([a, np.zeros_like(a)], axis=1) for a in (x_top, e_top))
-        at = np.where(join, top, depth)
-        x_top[rows[grow], at[grow]] = new[grow]
-        e_top[rows[push], depth[push]] = f[push]
-        depth, f = depth + push, new
+    def advance(idx: np.ndarray) -> None:
+        """Move the frontier of configurations ``idx`` to the link's time, pushing what became ready."""
+        nonlocal below_x, below_e
+        new = np.minimum(_frontier(t0[idx], plateaus, link[idx]), f[idx])
+        g, new = idx[new < f[idx]], new[new < f[idx]]
+        push = g[~((depth[g] > 0) & (xt[g] == f[g]))]  # else the untouched top interval grows down
+        spill = push[depth[push] > 0]
+        if spill.size:
+            if depth.max() > below_x.shape[1]:
+                below_x, below_e = (np.concatenate([a, np.zeros_like(a)], axis=1) for a in (below_x, below_e))
+            below_x[spill, depth[spill] - 1], below_e[spill, depth[spill] - 1] = xt[spill], et[spill]
+        et[push] = f[push]
+        xt[g], f[g] = new, new
+        depth[push] += 1
 
     while (left_parts > 0).any():
-        active = left_parts > 0
+        active = np.flatnonzero(left_parts > 0)
         advance(active)
-        idle = active & (depth == 0)
-        if idle.any():  # nothing ready: the link waits for the next gradient
-            link = np.where(idle, t0 + ready_after[np.maximum(f - 1, 0)], link)  # the latest not ready
+        idle = active[depth[active] == 0]
+        if idle.size:  # nothing ready: the link waits for the next gradient (the latest not ready)
+            link[idle] = t0[idle] + ready_after[f[idle] - 1]
             advance(idle)
-        left, go, cost, taken = np.full(c, credit), active.copy(), np.zeros(c), []
-        while go.any():  # the batch: from the top interval down while the credit lasts
-            top = np.maximum(depth - 1, 0)
-            x, e = x_top[rows, top], e_top[rows, top]
-            whole = ps[e] - ps[x] <= left
-            cut = np.where(whole, e, np.minimum(np.searchsorted(ps, ps[x] + left, side="right") - 1, e))
-            take = go & (cut > x)
-            cost += np.where(take, pp[rows, cut] - pp[rows, x], 0.0)
-            left = left - np.where(take, ps[cut] - ps[x], 0.0)
-            left_parts = left_parts - np.where(take, cut - x, 0)
-            taken.append((rows[take], x[take]))
-            x_top[rows[take], top[take]] = cut[take]
-            depth = depth - (take & whole)
-            go = take & whole & (depth > 0)
-        link = np.where(active, link + cost, link)
+        left, cost, taken, sel = np.full(c, credit), np.zeros(c), [], active
+        while sel.size:  # the batch: from the top interval down while the credit lasts
+            x, e, room = xt[sel], et[sel], left[sel]
+            whole = ps[e] - ps[x] <= room
+            cut = np.where(whole, e, np.minimum(np.searchsorted(ps, ps[x] + room, side="right") - 1, e))
+            take = cut > x
+            sel, x, cut, whole = sel[take], x[take], cut[take], whole[take]
+            cost[sel] += pp[sel, cut] - pp[sel, x]
+            left[sel] -= ps[cut] - ps[x]
+            left_parts[sel] -= cut - x
+            taken.append((sel, x))
+            xt[sel] = cut
+            popped = sel[whole]
+            depth[popped] -= 1
+            sel = popped[depth[popped] > 0]
+            if sel.size:  # the next interval comes up
+                xt[sel], et[sel] = below_x[sel, depth[sel] - 1], below_e[sel, depth[sel] - 1]
+        link = link + cost
         pops += [(r, x, link[r]) for r, x in taken]
     end, start = np.zeros((c, parts)), np.zeros((c, parts), dtype=bool)
     for r, x, t in pops:
