@@ -56,6 +56,7 @@ def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partit
     q, rem = np.zeros(c, dtype=np.int64), np.full(c, work[0])  # compute: task index and work left
     done_iter = np.full((c, n), -1)  # last iteration whose partitions of the layer have all been sent
     comm_iter, sent = np.zeros(c, dtype=np.int64), np.zeros((c, len(size_of)), dtype=bool)
+    n_sent, first_ready = np.zeros(c, dtype=np.int64), np.append(first_of_layer, len(size_of))
     busy, batch = np.zeros(c, dtype=bool), np.zeros((c, len(size_of)), dtype=bool)
     host, wire = np.zeros(c), np.zeros(c)  # the batch's issuing and transfer work left
     starts, t = np.full((c, ITERATIONS), np.nan), np.zeros(c)
@@ -70,6 +71,9 @@ def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partit
         if first.any() and not np.isnan(starts[:, -1]).any():
             break
         idle = active & ~busy & ~(run & (rem <= 0))  # gradients ready at this instant are ready for the choice
+        # ready partitions of the iteration being sent: [first ready, P); some unsent iff fewer have been sent
+        k = np.where(it > comm_iter, n, np.clip(r - n, 0, n))  # its backwards done
+        idle &= n_sent < len(size_of) - first_ready[n - k]
         if idle.any():  # the link is free: the ready partitions of highest priority, within the credit
             i = np.flatnonzero(idle)
             avail = ~sent[i] & (q[i, None] > bwd_at[None, :] + 2 * n * comm_iter[i, None])
@@ -106,12 +110,13 @@ def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partit
                 evs.append(Event("comm", "allreduce", lo if lo == hi else f"{lo}..{hi}", float(l_start[0]),
                                  float(t[0]), float(size_of[batch[0]].sum())))
             sent[j] |= batch[j]
+            n_sent[j] += batch[j].sum(axis=1)
             busy[j] = False
             complete = np.logical_and.reduceat(sent[j], first_of_layer, axis=1)
             done_iter[j] = np.where(complete, comm_iter[j, None], done_iter[j])
-            over = sent[j].all(axis=1)
+            over = n_sent[j] == len(size_of)
             comm_iter[j[over]] += 1
-            sent[j[over]] = False
+            sent[j[over]], n_sent[j[over]] = False, 0
     period = np.maximum(starts[:, -1] - starts[:, -2], prof.compute_s + prof.optimizer_s)
     window = None
     if record:
