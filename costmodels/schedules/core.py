@@ -123,6 +123,8 @@ class Schedule:
     perfect_overlap: sp.Expr = F + U + sp.Max(B, C)
     vectorized: Callable[..., np.ndarray] | None = None
     """``vectorized(batch, collective, **options)``: iteration times of many configurations at once."""
+    placement: str = ""
+    """Where the technique pays the host overhead o and the optimizer step, and the source (issue 16)."""
 
     def bounds(self, values: Mapping[Any, float]) -> tuple[float, float]:
         """(perfect_overlap, no_overlap) at ``values`` (symbols or their names; U, O and kappas default to 0)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -365,6 +366,15 @@ def _bytescheduler_kernel(cfg: Configurations, collective: str | None = None, *,
     return np.maximum(starts[-1] - starts[-2], prof.compute_s)
 
 
+PLACEMENTS = {  # where each pays o and the optimizer step (see terms*.py)
+    "bytescheduler": ("o per partition on the scheduler's communication thread (a batch's issues, then its transfers; "
+            "bytecore.py); the optimizer step per parameter when its all-reduce ends, before its layer's forward "
+            "(byteps bytescheduler/pytorch/horovod.py: _poll updates, the pre-forward hook waits)"),
+    "dear": ("o per reduce-scatter on the backward thread (gradient hooks), per all-gather on the training thread "
+            "(_bp_barrier and the forward pre-hooks); the optimizer step per module right before its forward "
+            "(dopt_rsag.py: _update_one_module)"),
+}
+
 for _entry in (
     Schedule("bytescheduler",
              "tensors split into partitions sent by priority (input layers first) within a credit, "
@@ -383,4 +393,4 @@ for _entry in (
              "THRESHOLD = 25 MB)", "allreduce", {"buffer_bytes": DDP_BUCKET_BYTES},
              _dear, perfect_overlap=sp.Max(F + B + U, C), vectorized=_dear_kernel),
 ):
-    SCHEDULES.register(_entry)
+    SCHEDULES.register(replace(_entry, placement=PLACEMENTS[_entry.name]))

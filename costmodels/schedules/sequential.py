@@ -11,6 +11,7 @@ optimizer step they run as task graphs instead (``terms``, which states where ea
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -284,6 +285,23 @@ def _local_sgd_kernel(cfg: Configurations, collective: str | None = None, *, H: 
     return cfg.prof.compute_s + averaging / H
 
 
+PLACEMENTS = {  # where each pays o and the optimizer step (see terms*.py)
+    "bsp": ("o per message on the training thread, which issues each blocking all_reduce after backward once the "
+            "one before it has ended (runners/training/exact_allreduce.py); the optimizer step after the last; "
+            "nothing overlaps, so interference has no effect"),
+    "wfbp": ("o per tensor on the backward thread, from its gradient's hook (delays the next layer's backward; "
+            "Horovod and MG-WFBP's dopt.py issue from the hooks); the optimizer step after the last all-reduce"),
+    "fusion": ("o per bucket on the autograd (backward) thread, from the hook of the bucket's last gradient (torch "
+            "reducer.cpp: mark_variable_ready -> all_reduce_bucket); a comm hook's chained messages (PowerSGD's "
+            "P, Q) pay none there; the optimizer step after the last bucket"),
+    "mgwfbp": ("o per merged group on the backward thread; merges planned on interference-free times with a saving a"
+            " = latency + o per message fewer (MG-WFBP's dopt.py plans offline); the optimizer step after the "
+            "last message"),
+    "ps": ("o per push and per pull on BytePS's communication threads (one loop per stage; serial with that "
+            "thread's issues, not with compute); the optimizer step after the last pull"),
+    "local_sgd": ("o once per averaging (every H steps); the local optimizer step every iteration; nothing overlaps"),
+}
+
 for _entry in (
     Schedule("bsp", "forward, backward, then every gradient tensor all-reduced (no overlap; flatten: all of "
                     "them as one message)",
@@ -314,4 +332,4 @@ for _entry in (
              {"H": 8}, _local_sgd, no_overlap=F + B + U + C + O, perfect_overlap=F + B + U,
              vectorized=_local_sgd_kernel),
 ):
-    SCHEDULES.register(_entry)
+    SCHEDULES.register(replace(_entry, placement=PLACEMENTS[_entry.name]))

@@ -29,6 +29,7 @@ pays o and its shard of the step).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -262,6 +263,13 @@ def _fsdp_kernel(cfg: Configurations, collective: str | None = None, *, unit_byt
     return np.maximum(end, prof.compute_s)
 
 
+PLACEMENTS = {  # where each pays o and the optimizer step (see terms*.py)
+    "zero": ("o per reduction on the backward thread (DeepSpeed's gradient hooks) and per parameter all-gather "
+            "after the step; the optimizer step on this worker's shard (1/p of it) after the last reduction"),
+    "fsdp": ("o per all-gather and reduce-scatter on the training thread (FSDP's pre-forward, pre-backward and "
+            "post-backward hooks); the optimizer step on the sharded parameters (1/p of it) once backward returns"),
+}
+
 for _entry in (
     Schedule("zero", "ZeRO-1/2 as DeepSpeed runs it: gradients reduced in buckets of reduce_bucket_size elements "
              "(overlapping backward only with overlap_comm), all-gather of the updated parameters after the step "
@@ -281,4 +289,4 @@ for _entry in (
              "(ZeRO stage 3)", "allgather", {"unit_bytes": None},
              _fsdp, perfect_overlap=sp.Max(F + B + U, C), vectorized=_fsdp_kernel),
 ):
-    SCHEDULES.register(_entry)
+    SCHEDULES.register(replace(_entry, placement=PLACEMENTS[_entry.name]))

@@ -7,9 +7,13 @@ over ``ITERATIONS`` iterations as ``overlap._bytescheduler`` does, all configura
 
 * the compute stream: per iteration the forward of each layer, which waits until the layer's
   partitions of the previous iteration have all been sent, then backward from the last layer;
-* the optimizer step per layer right before that layer's forward: ByteScheduler's PyTorch plugin
-  (``bytescheduler/pytorch``, ``ScheduledOptimizer``) moves ``step()`` into forward pre-hooks, each
-  updating a layer once its communication has finished;
+* the optimizer step per layer, once its communication has ended, right before the layer's forward:
+  ByteScheduler's PyTorch plugin (byteps ``bytescheduler/pytorch/horovod.py``, ``ScheduledOptimizer``)
+  updates a parameter from its poller thread when the parameter's all-reduce finishes (``_poll``:
+  ``_sgd(p)``, then the lock is released) and the layer's forward pre-hook waits on that lock. The update
+  is GPU work on the compute stream, queued behind the kernels already issued; placing it just before
+  the layer's forward is exact when the stream waits for the lock, and otherwise moves it later within
+  the same stream (an approximation: the same work, possibly slotted into the previous backward);
 * the link: when free, it takes the ready partitions of highest priority within the credit (the
   batch); the communication thread, which issues every partition (o each, serial with its own launches,
   not with compute: Peng et al., SOSP 2019, Sec. 4, the core's scheduler thread), launches the batch's k
