@@ -7,8 +7,9 @@ relative error of every cell, ``r_i = predicted_i(theta) / measured_i - 1``, eac
 (``scipy.optimize.least_squares``; the predictions are ``costmodels.sweep`` of each cell's schedule over the
 base point and a forward step in every term at once: the Jacobian by forward differences). Terms that no
 cell is sensitive to (kappa_c and kappa_m when no technique overlaps) are reported as not identifiable and
-kept at 0; terms whose interval is wider than ten times their value (kappa_c against kappa_m when every
-overlapping cell is communication-bound) are reported as not separable.
+kept at 0; two terms whose estimates are correlated beyond 0.99 (kappa_c against kappa_m when every
+overlapping cell is communication-bound: a ridge of equally good fits), or whose interval is wider than ten
+times their value, are reported as not separable; the interval alone cannot say so when the data fit exactly.
 
 Confidence intervals (95%): cov = s^2 (J^T J)^-1 with s^2 = RSS / (N - k) and Student's t with N - k
 degrees of freedom, as for the sweep fit (:mod:`runners.measure.fit.least_squares`).
@@ -41,6 +42,7 @@ SCALE = {"kappa_c": 1.0, "kappa_m": 1.0, "host_overhead": 1e-3}
 START = {"kappa_c": 0.05, "kappa_m": 0.05, "host_overhead": 1e-4}
 STEP = 1e-4  # forward-difference step in the solver's units (kappa 1e-4, overhead 0.1 us)
 IDENTIFIABLE = 1e-6  # a term whose Jacobian column has a smaller norm (relative error per unit) is not seen
+RIDGE = 0.99  # |correlation| of two estimates above which only a combination of them is measured
 
 
 def predict_grid(cells: Sequence[Cell], envs: Sequence[cm.Environment]) -> np.ndarray:
@@ -123,12 +125,15 @@ def _fit(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str], start
         dof = n - k
         jac = sol.jac / np.array([SCALE[t] for t in free])  # d r / d term, in the term's own unit
         rss = float(np.sum(rel**2))
-        cov = None
+        cov = corr = None
         if dof > 0:
             try:
-                cov = rss / dof * np.linalg.inv(jac.T @ jac)
-            except np.linalg.LinAlgError:
-                cov = None
+                unscaled = np.linalg.inv(jac.T @ jac)
+                cov = rss / dof * unscaled
+                d = np.sqrt(np.abs(np.diag(unscaled)))
+                corr = unscaled / np.outer(d, d)  # the estimates' correlation: a ridge shows whatever the noise
+            except (np.linalg.LinAlgError, FloatingPointError):
+                cov = corr = None
         tq = float(stats.t.ppf(0.975, dof)) if dof > 0 else math.nan
         for i, t in enumerate(free):
             if cov is None or not math.isfinite(cov[i, i]) or cov[i, i] < 0:
@@ -137,7 +142,13 @@ def _fit(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str], start
                 continue
             se = math.sqrt(cov[i, i])
             note = ""
-            if tq * se > max(10.0 * values[t], 10.0 * SCALE[t]):
+            partner = max((j for j in range(len(free)) if j != i), key=lambda j: abs(corr[i, j]), default=None) \
+                if corr is not None else None
+            if partner is not None and abs(corr[i, partner]) > RIDGE:
+                note = (f"not separable from {free[partner]} on these cells (estimates correlated "
+                        f"{corr[i, partner]:+.3f}): only a combination of the two is measured; measure more "
+                        "techniques or regimes")
+            elif tq * se > max(10.0 * values[t], 10.0 * SCALE[t]):
                 note = "not separable from the other terms on these cells: measure more techniques or regimes"
             fits[t] = TermFit(t, values[t], "fitted", ci95=(max(values[t] - tq * se, 0.0), values[t] + tq * se),
                               stderr=se, note=note)
