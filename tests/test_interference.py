@@ -384,3 +384,15 @@ def test_bytescheduler_kernel_equals_its_event_simulation_on_random_models() -> 
         got = cm.sweep(prof, envs, [2, 8], "bytescheduler", **options).iteration_time
         want = [[cm.simulate(prof, e, q, "bytescheduler", **options).iteration_time for q in (2, 8)] for e in envs]
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_pair_formula_of_one_segment_and_one_message() -> None:
+    """engine's docstring: a compute segment W and a message M that start together end after pair(W, M)."""
+    rng = np.random.default_rng(31)
+    for _ in range(20):
+        w, m, kc, km = (*rng.uniform(0.1, 5, 2), *rng.uniform(0, 3, 2))
+        g = Graph(1)
+        g.add("compute", COMPUTE, w, 0)
+        g.add("comm", COMM, m, 0)
+        pair = m + w * (1 + kc) * km / (1 + km) if w * (1 + kc) <= m * (1 + km) else w + m * (1 + km) * kc / (1 + kc)
+        assert run_one(g.freeze(), kc, km)[0] == pytest.approx(pair, rel=1e-12)

@@ -28,6 +28,16 @@ every s_i = 1 and the recurrence is the schedules' own (``serial_ends``: e_j = m
 Example (one message of work M issued at the start of a compute segment of work W, with
 W >= M (1 + kappa_m) / (1 + kappa_c)): both run for M (1 + kappa_m), when the message ends; the
 segment has done M (1 + kappa_m) / (1 + kappa_c) and ends at W + M (1 + kappa_m) kappa_c / (1 + kappa_c).
+In general a compute segment W and a message M that start together both end after
+
+    pair(W, M) = M + W (1 + kappa_c) kappa_m / (1 + kappa_m)   if W (1 + kappa_c) <= M (1 + kappa_m)
+                 W + M (1 + kappa_m) kappa_c / (1 + kappa_c)   otherwise
+
+(whichever ends first has run slowed all along, the other finishes alone); at kappa = 0 it is
+max(W, M), the term of the overlap recurrences (DeAR's s_{g+1} = s_g + max(f_g, ag_{g+1}) becomes
+s_g + o + pair(f_g, ag_{g+1}): its forward phase stays closed). Where a message spans several
+segments, or segments several messages (WFBP's backward), the pairs chain at every event: that is the
+recurrence above.
 
 :func:`run_many` advances C configurations in lock-step (one event per configuration per step, arrays
 of shape (C, streams)); :func:`run_one` is the same recurrence in plain Python for one configuration,

@@ -23,6 +23,14 @@ gives the schedule's own recurrences (tested to 1e-12). Placements, and their so
 
 Interference slows a compute task while any message (ps: a push or a pull) is in flight, by the same
 1 + kappa_c; the optimizer step is compute.
+
+How the terms enter the recurrences (derived here, with :mod:`.engine`'s pair rule): bsp and local SGD
+stay closed (bsp: T = F + B + sum_j (o + t_j) + U; local SGD: T = F + B + U + (o + t)/H). In WFBP,
+fusion and MG-WFBP, o only moves readiness, r_j = F + sum of the backward and the o's before message j,
+but ``e_j = max(e_{j-1}, r_j) + t_j`` holds in wall time only where a message overlaps no backward:
+over an overlap both stretch, and the backward's stretch moves every later r_j, so the two recurrences
+(the backward's ends and the link's) are advanced together, event by event, by the engine. ps is the
+same with two more stages (the threads' issues) in its flow shop.
 """
 
 from __future__ import annotations
