@@ -201,7 +201,7 @@ def _simulate_terms(entry: Schedule, prof: ModelProfile, env: Environment, p: in
         raise CommscopeError(f"p must be a positive integer number of workers, got {p!r}")
     cfg = Configurations(prof, np.array([[p]]), EnvironmentArray.of([env]).reshape(1, 1))
     out = TERMS[entry.name](cfg, collective, True, **options)
-    details = {k: (float(v[0]) if isinstance(v, np.ndarray) and v.shape == (1,) else v) for k, v in out.details.items()}
+    details = {k: (v[0].item() if isinstance(v, np.ndarray) and v.shape == (1,) else v) for k, v in out.details.items()}
     return IterationResult(entry.name, int(p), float(out.time[0]), prof.compute_s + prof.optimizer_s,
                            prof.batch_size, Timeline.of(out.events or []),
                            {**details, "kappa_c": env.kappa_c, "kappa_m": env.kappa_m,
