@@ -40,7 +40,7 @@ segments, or segments several messages (WFBP's backward), the pairs chain at eve
 recurrence above.
 
 :func:`run_many` advances C configurations in lock-step (one event per configuration per step, arrays
-of shape (C, streams)); :func:`run_one` is the same recurrence in plain Python for one configuration,
+of shape (streams, C)); :func:`run_one` is the same recurrence in plain Python for one configuration,
 recording each task's start and end for the timeline.
 """
 
