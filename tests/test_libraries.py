@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import costmodels as cm
+from costmodels.libraries import Pricer, resolve
 from costmodels.libraries import nccl_constants as tables
 
 A100 = cm.environment("NVLink-A100")  # 8 GPUs on one NVSwitch node, NCCL, cc 80
@@ -219,3 +220,66 @@ def test_mixed_environments_sweep_per_library() -> None:
         for j, p in enumerate((4, 8)):
             assert s.iteration_time[i, j] == pytest.approx(cm.simulate(prof, env, p, "wfbp").iteration_time,
                                                            rel=1e-12)
+
+
+# ------------------------------------------------------------- the pricer against a plain evaluation
+def _reference(primitive: str, n: np.ndarray, p: np.ndarray, env: cm.Environment) -> dict:
+    """What cm.choose should say, evaluated plainly: every option's formula on the whole grid at once (no
+    blocks, no buffers, no runs), the lowest estimate with NaN never winning and the first of equal ones kept
+    (or the library's rule), registered algorithms checked against their own Collective.time; ``priced`` is
+    the pricer's time (p = 1 priced as 2), ``time`` choose's (p = 1 costs 0)."""
+    solo = p == 1
+    ranks = np.where(solo, 2, p)
+    lib = resolve(primitive, env)
+    options = lib.options(primitive, ranks, env, {})
+    shape = np.broadcast_shapes(n.shape, p.shape)
+    prices = [[np.broadcast_to(np.asarray(x, dtype=np.float64), shape) for x in o.prices(n)] for o in options]
+    for o, (t, e) in zip(options, prices, strict=True):
+        if lib.name != "nccl":  # a registered algorithm: its formula, the library's estimate the price itself
+            np.testing.assert_array_equal(t, e)
+            np.testing.assert_allclose(t, cm.collective(o.algorithm).time(n, ranks, env, out_of_domain="nan"),
+                                       rtol=1e-12)
+    if lib.select is None:
+        estimates = np.stack([e for _, e in prices])
+        index = np.argmin(np.where(np.isnan(estimates), np.inf, estimates), axis=0)  # the first lowest
+    else:
+        index = np.broadcast_to(lib.select(primitive, n, ranks, shape), shape)
+    priced = np.take_along_axis(np.stack([t for t, _ in prices]), index[None], axis=0)[0]
+    return {"library": lib.name, "priced": priced, "time": np.where(solo, 0.0, priced),
+            "algorithm": np.array([o.algorithm for o in options], dtype=object)[index],
+            "protocol": np.array([o.protocol for o in options], dtype=object)[index],
+            "channels": np.broadcast_to(np.asarray(options[0].channels, dtype=np.int64), shape)}
+
+
+def _grids(rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Random grids large enough to be priced in several blocks: many p by a few sizes (laid out by columns),
+    p in order (its rows in runs for a formula not affine in n), many sizes on one p (by rows), and 3-d."""
+    sizes = np.concatenate([[0.0, 1.0, 64.0, 2048.0, 2.0**20], 10.0 ** rng.uniform(0, 10, 19)])
+    many_sizes = np.concatenate([[0.0], 10.0 ** rng.uniform(0, 10.5, 40_000)])
+    return [(sizes, rng.integers(1, 5000, 1600)[:, None]), (sizes, np.arange(1, 1601)[:, None]),
+            (many_sizes, np.array(int(rng.integers(2, 600)))),
+            (10.0 ** rng.uniform(0, 10, (1, 25, 4)), rng.integers(1, 300, 40)[:, None, None])]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_choose_and_the_pricer_equal_a_plain_evaluation_on_random_grids(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    presets = [cm.environment(x) for x in cm.environments()]
+    picks = rng.choice(len(presets), 6)
+    envs = [presets[i].with_(library=lib) for i, lib in zip(picks, ("nccl", "nccl", "ideal", "ideal", "gloo", "mpich"),
+                                                             strict=True)]
+    allreduce = [A100.with_(gamma=1e-10), DGX2.with_(gamma=1.2e-11, sharp=True),  # reduction-bound NCCL rows
+                 cm.environment("NVLink-H100"), DGX2, DGX2.with_(library="ideal")]
+    primitives = ["allreduce", "allgather", "reduce_scatter", "broadcast", "reduce", "all_to_all"]
+    for env in envs + allreduce:
+        for n, p in _grids(rng):
+            primitive = "allreduce" if env in allreduce else str(rng.choice(primitives))
+            got, want = cm.choose(primitive, n, p, env), _reference(primitive, n, p, env)
+            where = f"{primitive} on {env.name} ({env.library}), n {n.shape}, p {p.shape}"
+            assert got.library == want["library"], where
+            assert np.array_equal(got.algorithm, want["algorithm"]), where
+            assert np.array_equal(got.protocol, want["protocol"]), where
+            assert np.array_equal(got.channels, want["channels"]), where
+            np.testing.assert_allclose(got.time, want["time"], rtol=1e-12, atol=0, err_msg=where)
+            pricer = Pricer(primitive, np.where(p == 1, 2, p), env)
+            np.testing.assert_allclose(pricer(n), want["priced"], rtol=1e-12, atol=0, err_msg=where)

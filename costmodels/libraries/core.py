@@ -23,10 +23,12 @@ import numpy as np
 
 from ..collectives import PRIMITIVES
 from ..collectives import collective as get_collective
+from ..collectives.model import Evaluator
 from ..environment import LIBRARY_NAMES, Environment
 from ..environment_array import EnvironmentArray
 from ..errors import CommscopeError, UnknownNameError
 from ..registry import Registry
+from .runs import Runs
 
 Prices = Callable[..., tuple[np.ndarray, np.ndarray]]
 BLOCK = 1 << 15  # points priced at a time (a block's buffers of 256 KiB stay in the cache)
@@ -35,13 +37,15 @@ BLOCK = 1 << 15  # points priced at a time (a block's buffers of 256 KiB stay in
 class Rows:
     """Rows ``start:stop`` of the leading axis of a result with ``ndim`` dimensions: ``rows(x)`` is the part of
     ``x`` (anything that broadcasts to the result) on those rows; x itself where it broadcasts along that
-    axis (fewer dimensions, or one row). A pricer makes new ones for each block it prices, so options may
-    keep what they derive from the sizes of a block under its identity."""
+    axis (fewer dimensions, or one row). ``sizes`` is the sizes' part, as given (a pricer may pass an option
+    the same values spread over the whole block). A pricer makes new ones for each block it prices, so
+    options may keep what they derive from the sizes of a block under its identity."""
 
-    __slots__ = ("ndim", "start", "stop")
+    __slots__ = ("ndim", "sizes", "start", "stop")
 
-    def __init__(self, start: int, stop: int, ndim: int) -> None:
+    def __init__(self, start: int, stop: int, ndim: int, sizes: Any = None) -> None:
         self.start, self.stop, self.ndim = start, stop, ndim
+        self.sizes = self(sizes)
 
     def __call__(self, x: Any) -> Any:
         if getattr(x, "ndim", 0) == self.ndim and x.shape[0] != 1:
@@ -57,13 +61,15 @@ class Option:
     it writes into them and returns them (``out[0]`` twice where the estimate is the price), so that a pricer
     reuses two buffers for all its options. ``shape`` is the broadcast shape of what the option holds besides
     n (p, the environment); with ``rows`` (:class:`Rows` of the result) it prices those rows alone, n being
-    their part of the sizes. None: an option that prices whole grids only."""
+    their part of the sizes. None: an option that prices whole grids only. ``estimate`` False says that the
+    library's estimate is the price (one array returned twice), so that a pricer keeps only one of them."""
 
     algorithm: str
     protocol: str
     channels: Any
     prices: Prices
     shape: tuple[int, ...] | None = None
+    estimate: bool = True
 
 
 @dataclass(frozen=True)
@@ -123,22 +129,39 @@ def registered_option(algorithm: str, p: Any, env: Environment | EnvironmentArra
     mine = {k: v for k, v in params.items() if k in {q.name for q in c.params}}
     evaluate = c.evaluator(p, env, out_of_domain="nan", **mine)
     a, b = evaluate.intercept, evaluate.slope
+    runs: dict[int, Runs | None] = {}  # a formula not affine in n: its rows in runs, per number of dimensions
 
     def prices(n: np.ndarray, out: Any = None, rows: Rows | None = None) -> tuple[np.ndarray, np.ndarray]:
-        if a is not None and out is not None:  # affine: slope * n + intercept in the buffer, as the evaluator
-            t = np.multiply(b if rows is None else rows(b), n, out=out[0])
-            t += a if rows is None else rows(a)
+        if a is not None:  # affine: intercept + slope * n, as the evaluator (in the buffer, where there is one)
+            intercept, slope = (a, b) if rows is None else (rows(a), rows(b))
+            if out is None:
+                t = intercept + slope * n
+                return t, t
+            t = np.multiply(slope, n, out=out[0])
+            t += intercept
             return t, t
-        part = evaluate if rows is None else replace(
-            evaluate, args=[rows(x) for x in evaluate.args], invalid=rows(evaluate.invalid),
-            intercept=rows(a), slope=rows(b))
-        t = part(n)
+        if rows is None:
+            t = evaluate(n)
+        elif np.ndim(rows.sizes) < rows.ndim or np.shape(rows.sizes)[0] == 1:  # sizes alike on every row
+            if rows.ndim not in runs:
+                runs[rows.ndim] = Runs.of(evaluate.compiled, evaluate.args, rows.ndim)
+            t = _on_rows(evaluate, rows, runs[rows.ndim])
+        else:
+            t = _on_rows(evaluate, rows, None)
         if out is None:
             return t, t
         np.copyto(out[0], t)
         return out[0], out[0]
 
-    return Option(algorithm, "-", 1, prices, evaluate.shape)
+    return Option(algorithm, "-", 1, prices, evaluate.shape, estimate=False)
+
+
+def _on_rows(evaluate: Evaluator, rows: Rows, runs: Runs | None) -> np.ndarray:
+    """A formula not affine in n on the rows ``rows``: once per run of equal rows where there are runs."""
+    if runs is None:
+        return replace(evaluate, args=[rows(x) for x in evaluate.args], invalid=rows(evaluate.invalid))(rows.sizes)
+    t = np.asarray(runs(rows.start, rows.stop, rows.sizes), dtype=np.float64)
+    return t if evaluate.invalid is None else np.where(rows(evaluate.invalid), np.nan, t)
 
 
 def resolve(primitive: str, env: Environment | EnvironmentArray) -> Library:
@@ -175,46 +198,73 @@ class Pricer:
             shapes = [np.shape(self.options[0].prices(sizes)[0])]
         shape = np.broadcast_shapes(sizes.shape, np.shape(self.p), *shapes)
         t, index = np.empty(shape), np.empty(shape, dtype=np.intp)
-        step = max(1, BLOCK // max(1, prod(shape[1:])) if blocks else shape[0]) if shape else 1
-        work = np.empty((3, min(step, shape[0]), *shape[1:]) if shape else (3,))  # two options' prices, the best
-        flags = np.empty(work.shape[1:], dtype=bool)
-        if not shape:  # one point
-            self._block(sizes, None, t, index, work, flags)
-        for start in range(0, shape[0] if shape else 0, step):
-            rows = Rows(start, min(start + step, shape[0]), len(shape))
-            size = rows.stop - start
-            self._block(rows(sizes) if blocks else sizes, rows if blocks else None, rows(t), rows(index),
-                        work[:, :size], flags[:size])
+        if not shape:  # one point (a lone option's time a numpy scalar, as its formula gives it)
+            self._block(sizes, None, t, index, [np.empty(()) for _ in range(3)],
+                        [np.empty((), dtype=bool) for _ in range(2)])
+            return index, t[()] if len(self.options) == 1 and self.library.select is None else t
+        step = max(1, BLOCK // max(1, prod(shape[1:])) if blocks else shape[0])
+        block = (min(step, shape[0]), *shape[1:])
+        # a block of more rows than its last axis is long is laid out column by column, the sizes spread over
+        # it: numpy's inner loops then run down the rows (p), not along a short last axis (a few sizes)
+        columns = blocks and len(shape) > 1 and block[0] > shape[-1]
+        order = "F" if columns else "C"
+        work = [np.empty(block, order=order) for _ in range(5 if columns else 3)]
+        # two buffers of flags apart, not one array of both (numpy 2.4's isnan skips elements of a strided output)
+        flags = [np.empty(block, dtype=bool, order=order) for _ in range(2)]
+        # the chosen option's index in a byte per point while a block is priced
+        index_block = np.empty(block, dtype=np.uint8 if len(self.options) < 256 else np.intp, order=order)
+        for start in range(0, shape[0], step):
+            rows = Rows(start, min(start + step, shape[0]), len(shape), sizes)
+            parts = [w[:rows.stop - start] for w in work]
+            chosen, flagged = index_block[:rows.stop - start], [f[:rows.stop - start] for f in flags]
+            if columns:
+                np.copyto(parts[3], rows.sizes)
+                self._block(parts[3], rows, parts[4], chosen, parts[:3], flagged)
+                np.copyto(rows(t), parts[4])
+            else:
+                self._block(rows.sizes if blocks else sizes, rows if blocks else None, rows(t), chosen, parts, flagged)
+            np.copyto(rows(index), chosen)
         return index, t
 
-    def _block(self, n: np.ndarray, rows: Rows | None, t: np.ndarray, index: np.ndarray, work: np.ndarray,
-               flags: np.ndarray) -> None:
+    def _block(self, n: np.ndarray, rows: Rows | None, t: np.ndarray, index: np.ndarray, work: list[np.ndarray],
+               flags: list[np.ndarray]) -> None:
         """Choose and price the rows ``rows`` of the result (sizes ``n``) into their parts ``t`` and ``index``,
-        with three buffers of their shape (``work``) and one of flags."""
-        buffers, best = (work[0, ...], work[1, ...]), work[2, ...]
+        with three buffers of their shape (``work``) and two of flags.
+
+        Where every option's estimate is its price, the lowest estimate so far is kept in ``t`` itself (the
+        first option's NaN as infinity, and NaN again where nothing else has a price). An option whose
+        estimate is nowhere lower than the best so far leaves the block as it is."""
+        buffers, (better, unpriced) = (work[0], work[1]), flags
         if self.library.select is not None:
             p = self.p if rows is None else rows(self.p)
-            np.copyto(index, self.library.select(self.primitive, n, p, t.shape))
+            np.copyto(index, self.library.select(self.primitive, n, p, t.shape), casting="unsafe")  # < 256 options
             t.fill(np.nan)
             for k, o in enumerate(self.options):
-                np.equal(index, k, out=flags)
-                if flags.any():
-                    np.copyto(t, o.prices(n, buffers, rows)[0], where=flags)
+                np.equal(index, k, out=better)
+                if better.any():
+                    np.copyto(t, o.prices(n, buffers, rows)[0], where=better)
         else:
+            best = work[2] if any(o.estimate for o in self.options) else t
             first_t, first_e = self.options[0].prices(n, (t, best), rows)
             if first_t is not t:
                 np.copyto(t, first_t)
             if first_e is not best:
                 np.copyto(best, first_e)
-            np.copyto(best, np.inf, where=np.isnan(best, out=flags))
+            gaps = np.isnan(best, out=unpriced).any()
+            if gaps:
+                np.copyto(best, np.inf, where=unpriced)
             index.fill(0)
             for k, o in enumerate(self.options[1:], start=1):
                 tk, ek = o.prices(n, buffers, rows)
-                np.less(ek, best, out=flags)
-                np.copyto(best, ek, where=flags)
-                np.copyto(t, tk, where=flags)
-                np.copyto(index, k, where=flags)
-        if np.isnan(t, out=flags).any():
+                if not np.less(ek, best, out=better).any():
+                    continue
+                np.copyto(index, k, where=better)
+                if best is not t:
+                    np.copyto(t, tk, where=better)
+                np.fmin(best, ek, out=best)  # ek where lower, else best (NaN never wins)
+            if gaps and best is t:
+                np.copyto(t, np.nan, where=unpriced & (index == 0))
+        if np.isnan(t, out=better).any():
             raise CommscopeError(f"library {self.library.name} has no algorithm of {self.primitive} defined at "
                                  "some of these p")
 
@@ -243,15 +293,23 @@ def choose(primitive: str, n: Any, p: Any, env: Environment | EnvironmentArray, 
         t = np.where(solo, 0.0, t)
     shape = np.shape(t)
     index = np.broadcast_to(index, shape)
-    algorithms = np.array([o.algorithm for o in pricer.options], dtype=object).take(index)
-    protocols = np.array([o.protocol for o in pricer.options], dtype=object).take(index)
+    algorithms = _names([o.algorithm for o in pricer.options], index)
+    protocols = _names([o.protocol for o in pricer.options], index)
     first = pricer.options[0].channels
     if all(o.channels is first for o in pricer.options):  # one channel count for every option (NCCL's)
-        channels = np.broadcast_to(first, shape)
+        channels = np.broadcast_to(np.asarray(first, dtype=np.int64), shape)  # a view: no copy per point
     else:
         stacked = np.stack([np.broadcast_to(o.channels, shape) for o in pricer.options])
         channels = np.take_along_axis(stacked, index[None], axis=0)[0]
     return Choice(pricer.library.name, primitive, algorithms, protocols, np.asarray(channels, dtype=np.int64), t)
+
+
+def _names(names: list[str], index: np.ndarray) -> Any:
+    """The name of the chosen option at each point (an object array; one name for every option is a
+    read-only view of it, as no copy per point is needed)."""
+    if all(x == names[0] for x in names):
+        return np.broadcast_to(np.array(names[0], dtype=object), index.shape)[()]
+    return np.array(names, dtype=object).take(index)
 
 
 def choice_bands(sizes: Sequence[float], choice: Choice) -> list[tuple[float, float, str]]:

@@ -90,7 +90,7 @@ class Levels:
         nics = np.minimum(a["nics_per_node"], self.ppn)
         self.b_intra = np.where(self.ppn > 1, 1e-9 / a["intra_beta"], np.inf)  # GB/s per GPU
         self.b_net = nics * 1e-9 / a["beta"] / oversub  # GB/s per node, NCCL's channels over all NICs
-        multi = self.nodes > 1
+        self.multi = multi = self.nodes > 1
         self.b_ring = np.where(multi, np.minimum(self.b_intra, self.b_net), self.b_intra)
         self.b_tree = np.where(multi, np.minimum(self.b_intra, self.b_net * np.where(self.nodes == 2, 2.0, 1.0)),
                                self.b_intra)
@@ -104,6 +104,7 @@ class Levels:
         self.alpha_us = a["alpha"] * 1e6
         self.gamma = a["gamma"]
         self.intra_hw = self.intra_kind if self.intra_kind != "network" else "pcie"
+        self.reduced = (p - 1) / p * self.gamma  # s per byte of n that a reducing collective reduces
 
     def hop(self, algorithm: str, protocol: int) -> tuple[Any, Any, Any, Any]:
         """(intra model, intra real, inter model, inter real) latency of one hop, us."""
@@ -138,7 +139,8 @@ class _TreeCorrection:
 
     def __call__(self, protocol: int, n: np.ndarray, rows: Rows | None = None) -> np.ndarray:
         if rows is None or self._rows is not rows:
-            index = np.log2(np.maximum(n, 64.0) / 64.0).astype(np.intp)  # floor: the argument is >= 1
+            sizes = n if rows is None else rows.sizes
+            index = np.log2(np.maximum(sizes, 64.0) / 64.0).astype(np.intp)  # floor: the argument is >= 1
             index = np.minimum(index, len(_INVERSE_CORRECTION[0]) - 1)
             if rows is None:
                 return _INVERSE_CORRECTION[protocol][index]
@@ -152,19 +154,25 @@ def _option(name: str, protocol: int, lv: Levels, lat_model: Any, lat_real: Any,
 
     Transfer and in-kernel reduction are both linear in n, so the slower of the two is n times the larger
     slope (per size for the tree, whose bandwidth NCCL corrects by size). Without buffers the prices are
-    the formulas as written; into buffers (a pricer's blocks) the same operations run in place, with the
-    ring/Simple plateau's scaled latencies computed once per p."""
-    inv_bw = np.where(alg_bw > 0, 1e-9 / np.where(alg_bw > 0, alg_bw, 1.0), np.nan)  # s per byte
-    reduced = (lv.p - 1) / lv.p * lv.gamma if primitive in REDUCING else 0.0
+    the formulas as written. Into buffers (a pricer's blocks) the same operations run in place, sharing
+    n times the transfer slope between price and estimate on the rows where the transfer is the slower,
+    and taking the ring/Simple plateau's scaled latencies (computed once per p) where it applies."""
+    alg_bw = np.asarray(alg_bw)
+    inv_bw = np.divide(1e-9, alg_bw, out=np.full(alg_bw.shape, np.nan), where=alg_bw > 0)  # s per byte
+    reduced = lv.reduced if primitive in REDUCING else 0.0
     slope = np.maximum(inv_bw, reduced)
     lat_model_s, lat_real_s = np.asarray(lat_model) * 1e-6, np.asarray(lat_real) * 1e-6
-    plateau_factor = tables.RING_PLATEAU_LATENCY_FACTOR[1 if lv.cc >= 80 else 0]
-    plateau_from = tables.RING_PLATEAU_MIN_BYTES * lv.channels * lv.p
-    multi = lv.nodes > 1
+    arrays = [inv_bw, reduced, slope, lat_model_s, lat_real_s]
     if plateau:  # x 1.0 leaves a latency as it is: the plateau picks between the two latencies
-        scaled = (np.where(multi, plateau_from, np.nan), lat_real_s * plateau_factor, lat_model_s * plateau_factor)
-    arrays = (inv_bw, reduced, slope, lat_model_s, lat_real_s, *(scaled if plateau else ()))
+        factor = tables.RING_PLATEAU_LATENCY_FACTOR[1 if lv.cc >= 80 else 0]
+        plateau_from = tables.RING_PLATEAU_MIN_BYTES * lv.channels * lv.p
+        arrays += [np.where(lv.multi, plateau_from, np.nan), lat_real_s * factor, lat_model_s * factor]
     shape = np.broadcast_shapes(*(np.shape(x) for x in arrays))
+    # rows where n * slope is n * inv_bw: the price shares the estimate's product (None: every row)
+    transfer_bound: Any = (slope == inv_bw) | np.isnan(inv_bw)
+    transfer_bound = None if np.all(transfer_bound) else transfer_bound
+    # the tree's max(inv_bw x correction, reduced) is its first term on every row whatever the size
+    tree_bound = name == "tree" and _at_least(inv_bw, _INVERSE_CORRECTION[protocol].min(), reduced)
 
     def ring_prices(n: np.ndarray, out: Any = None, rows: Rows | None = None) -> tuple[np.ndarray, np.ndarray]:
         if out is None and rows is not None:  # a block without buffers: the same operations into new ones
@@ -172,25 +180,37 @@ def _option(name: str, protocol: int, lv: Levels, lat_model: Any, lat_real: Any,
             return ring_prices(n, (np.empty(block), np.empty(block)), rows)
         if out is None:
             if plateau:  # ring/Simple allreduce across nodes: latency x 1.4 (1.9 before Ampere) past 64 B a channel
-                scale = np.where(multi & (n >= plateau_from), plateau_factor, 1.0)
+                scale = np.where(lv.multi & (n >= plateau_from), factor, 1.0)
                 return lat_real_s * scale + n * slope, lat_model_s * scale + n * inv_bw
             return lat_real_s + n * slope, lat_model_s + n * inv_bw
         part = (lambda x: x) if rows is None else rows
-        t = np.multiply(n, part(slope), out=out[0])
-        e = np.multiply(n, part(inv_bw), out=out[1])
-        if plateau:
-            past = np.greater_equal(n, part(scaled[0]))
-            t += np.where(past, part(scaled[1]), part(lat_real_s))
-            e += np.where(past, part(scaled[2]), part(lat_model_s))
-        else:
+        t, e = out
+        shared = transfer_bound is None or bool(np.all(part(transfer_bound)))
+        np.multiply(n, part(inv_bw if shared else slope), out=t)
+        if not shared:
+            np.multiply(n, part(inv_bw), out=e)
+        if not plateau:
+            np.add(t if shared else e, part(lat_model_s), out=e)  # the estimate first: t may be the product
             t += part(lat_real_s)
-            e += part(lat_model_s)
+            return t, e
+        past = np.greater_equal(n, part(arrays[5]))
+        latency = np.empty_like(t)
+        for x, plain, past_plateau in ((e, lat_model_s, arrays[7]), (t, lat_real_s, arrays[6])):
+            np.copyto(latency, part(plain))
+            np.copyto(latency, part(past_plateau), where=past)
+            np.add(t if shared else x, latency, out=x)
         return t, e
 
     def tree_prices(n: np.ndarray, out: Any = None, rows: Rows | None = None) -> tuple[np.ndarray, np.ndarray]:
         assert correction is not None
         part = (lambda x: x) if rows is None else rows
-        per_byte = np.multiply(part(inv_bw), correction(protocol, n, rows), out=None if out is None else out[1])
+        corrected = correction(protocol, n, rows)
+        per_byte = np.multiply(part(inv_bw), corrected, out=None if out is None else out[1])
+        if out is not None and (tree_bound or _at_least(part(inv_bw), np.min(corrected), part(reduced))):
+            t = np.multiply(per_byte, n, out=out[0])  # max(per_byte, reduced) is per_byte: share n * per_byte
+            np.add(t, part(lat_model_s), out=per_byte)
+            t += part(lat_real_s)
+            return t, per_byte
         t = np.maximum(per_byte, part(reduced), out=None if out is None else out[0])
         t *= n
         t += part(lat_real_s)
@@ -200,6 +220,12 @@ def _option(name: str, protocol: int, lv: Levels, lat_model: Any, lat_real: Any,
 
     return Option(name, tables.PROTOCOLS[protocol], lv.channels, tree_prices if name == "tree" else ring_prices,
                   shape)
+
+
+def _at_least(inv_bw: Any, factor: float, reduced: Any) -> bool:
+    """Whether inv_bw * f >= reduced on every row for every f >= ``factor`` (rounding is monotonic), or inv_bw
+    is NaN there (NaN either way); a NaN reduction never is."""
+    return bool(np.all((np.multiply(inv_bw, factor) >= reduced) | (np.isnan(inv_bw) & ~np.isnan(reduced))))
 
 
 def _ring(primitive: str, lv: Levels) -> list[Option]:
