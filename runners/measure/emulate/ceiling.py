@@ -1,9 +1,16 @@
-"""The host's ceiling for one emulated link, and the TCP throughput probe that measures it.
+"""The host's ceiling for one emulated link, the start-up rate check, and the TCP throughput probe behind both.
 
 The machine itself limits what one emulated link can carry: once a day (or with
 ``reprobe``) one unshaped TCP flow between two fresh namespaces is timed for about 0.6 s and the
 result is cached in ``$XDG_CACHE_HOME/commscope/host_ceiling.json`` (default ``~/.cache``), in wire
 bits per second like ``rate``. A rate above 80 % of it is warned about, and the spec says so.
+
+The ceiling says what the host could do once; :func:`check_rate` says what the shaped link does now.
+Every cluster of two or more nodes times, at start-up, both directions of the link between nodes 0 and
+1 at once for :data:`RATE_PROBE_S` (after its buckets have emptied): ``achieved_rate_fraction`` in the
+spec is the slower direction's payload rate over the one the rate carries (``rate / wire_overhead``).
+Below :data:`RATE_CHECK_FRACTION` (or above :data:`RATE_CHECK_MAX_FRACTION`) the run warns, and runs:
+the records carry the fraction, so a measurement on a busy host is never passed off as the link's.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -27,6 +34,9 @@ from .system import EmulationError, require_tools
 CEILING_WARN_FRACTION = 0.8
 CEILING_MAX_AGE_S = 86400.0
 CEILING_PROBE_S = 0.6
+RATE_PROBE_S = 0.5  # the start-up rate check: each direction timed this long
+RATE_CHECK_FRACTION = 0.95  # below this fraction of the configured rate a link falls short ...
+RATE_CHECK_MAX_FRACTION = 1.05  # ... and above this one its shaping does not hold
 CACHE_SCHEMA = "commscope.host_ceiling/1"
 
 
@@ -79,29 +89,69 @@ conn.recv(1)
 """
 
 
-def tcp_throughput(cluster: EmulatedCluster, sender: int = 1, receiver: int = 0, *, nbytes: int = 0,
-                   seconds: float = 0.0, skip: int = 0, port: int = 5201, timeout: float = 120) -> dict[str, Any]:
-    """One TCP flow from ``sender`` to ``receiver`` (``nbytes`` bytes, or for ``seconds``), timed at the
-    receiver from the moment it has ``skip`` bytes (leave out slow start and a full token bucket) to the
-    end: ``{"bytes", "seconds", "payload_bps"}`` counted after that moment."""
+def tcp_flows(cluster: EmulatedCluster, flows: Sequence[tuple[int, int]], *, nbytes: int = 0, seconds: float = 0.0,
+              skip: int = 0, port: int = 5201, timeout: float = 120) -> list[dict[str, Any]]:
+    """TCP flows ``(sender, receiver)`` run at once (``nbytes`` bytes each, or for ``seconds``), each timed at
+    its receiver from the moment it has ``skip`` bytes (leave out slow start and a full token bucket) to the
+    end: one ``{"bytes", "seconds", "payload_bps"}`` per flow, counted after that moment."""
     if nbytes <= 0 and seconds <= 0:
         raise EmulationError("tcp_throughput needs nbytes or seconds")
-    rx = cluster.popen(receiver, [sys.executable, "-c", _RECEIVER, str(port), str(skip)],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    receivers: list[subprocess.Popen] = []
     try:
-        assert rx.stdout is not None
-        if rx.stdout.readline().strip() != "listening":
-            raise EmulationError(f"throughput receiver in node {receiver} did not start: {rx.communicate()[1]}")
-        tx = cluster.exec(sender, [sys.executable, "-c", _SENDER, cluster.addresses[receiver], str(port),
-                                   str(int(nbytes)), str(seconds)], timeout=timeout)
-        out, err = rx.communicate(timeout=timeout)
+        for k, (_, receiver) in enumerate(flows):
+            rx = cluster.popen(receiver, [sys.executable, "-c", _RECEIVER, str(port + k), str(skip)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            receivers.append(rx)
+            assert rx.stdout is not None
+            if rx.stdout.readline().strip() != "listening":
+                raise EmulationError(f"throughput receiver in node {receiver} did not start: {rx.communicate()[1]}")
+        senders = [cluster.popen(sender, [sys.executable, "-c", _SENDER, cluster.addresses[receiver], str(port + k),
+                                          str(int(nbytes)), str(seconds)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                   for k, (sender, receiver) in enumerate(flows)]
+        done = [(tx.communicate(timeout=timeout), rx.communicate(timeout=timeout))
+                for tx, rx in zip(senders, receivers, strict=True)]
     finally:
-        if rx.poll() is None:
-            _kill_group(rx, signal.SIGKILL)
-            rx.communicate()
-    if tx.returncode != 0 or rx.returncode != 0:
-        raise EmulationError(f"throughput probe failed: {' '.join((tx.stderr + err).split())}")
-    return json.loads(out.strip().splitlines()[-1])
+        for p in receivers:
+            if p.poll() is None:
+                _kill_group(p, signal.SIGKILL)
+                p.communicate()
+    results = []
+    for tx, rx, ((_, tx_err), (out, rx_err)) in zip(senders, receivers, done, strict=True):
+        if tx.returncode != 0 or rx.returncode != 0:
+            raise EmulationError(f"throughput probe failed: {' '.join((tx_err + rx_err).split())}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
+def tcp_throughput(cluster: EmulatedCluster, sender: int = 1, receiver: int = 0, *, nbytes: int = 0,
+                   seconds: float = 0.0, skip: int = 0, port: int = 5201, timeout: float = 120) -> dict[str, Any]:
+    """One TCP flow from ``sender`` to ``receiver``: :func:`tcp_flows` of one flow."""
+    return tcp_flows(cluster, [(sender, receiver)], nbytes=nbytes, seconds=seconds, skip=skip, port=port,
+                     timeout=timeout)[0]
+
+
+def check_rate(cluster: EmulatedCluster, seconds: float = RATE_PROBE_S, port: int = 5301) -> dict[str, Any]:
+    """The rate one shaped link achieves, measured at start-up: node 1 -> node 0 and node 0 -> node 1 at once
+    (both directions of one link, as a collective uses it), each flow timed for ``seconds`` after the first
+    two buckets and 20 ms of the rate (plus ten round trips of ``delay``: slow start). ``achieved_rate_fraction``:
+    the slower flow's payload rate over the payload rate the configured rate carries (rate / wire_overhead);
+    below :data:`RATE_CHECK_FRACTION` the link falls short."""
+    spec = cluster.spec
+    rate_bps, mtu = spec["rate_bps"], spec["mtu"]
+    expected = rate_bps / wire_overhead(mtu)
+    lead_s = 0.02 + 20 * (spec.get("delay_s") or 0.0)
+    skip = 2 * spec["qdisc"]["tbf"]["burst_bytes"] + round(expected / 8 * lead_s)
+    lead_s = skip * 8 / expected
+    got = tcp_flows(cluster, [(1, 0), (0, 1)], seconds=lead_s + seconds, skip=skip, port=port,
+                    timeout=60 + 10 * (lead_s + seconds))
+    fractions = [g["payload_bps"] / expected if g["payload_bps"] else 0.0 for g in got]
+    achieved = min(fractions)
+    return {"achieved_rate_fraction": achieved, "fractions": fractions,
+            "payload_bps": [g["payload_bps"] for g in got], "expected_payload_bps": expected,
+            "probe": f"TCP node 1 -> node 0 and node 0 -> node 1 at once, timed {seconds:g} s at each receiver "
+                     f"after its first {skip} bytes", "threshold": RATE_CHECK_FRACTION,
+            "short": achieved < RATE_CHECK_FRACTION}
 
 
 def cache_dir() -> Path:

@@ -11,13 +11,15 @@ The spec (``cluster.spec``) is passed to every command as JSON in ``COMMSCOPE_NE
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from .ceiling import CEILING_WARN_FRACTION, host_ceiling
+from . import tuning
+from .ceiling import CEILING_WARN_FRACTION, RATE_CHECK_MAX_FRACTION, check_rate, host_ceiling
 from .namespaces import DEFAULT_MASTER_PORT, INTERFACE, SUBNET, EmulatedCluster
 from .shaping import (
     L2_HEADER,
@@ -50,7 +52,8 @@ def _tcp_congestion_control() -> str | None:
 
 
 def build_spec(nodes: int, ranks_per_node: int, rate: str | int | float, delay: str | float | None = None,
-               mtu: int = 1500, burst: int | None = None, ceiling: Mapping[str, Any] | None = None) -> dict[str, Any]:
+               mtu: int = 1500, burst: int | None = None, ceiling: Mapping[str, Any] | None = None,
+               congestion_control: str = tuning.CONGESTION_CONTROL) -> dict[str, Any]:
     """The emulated network's spec (what ``COMMSCOPE_NETWORK`` carries); validates every setting."""
     _check_int("--nodes", nodes, 1, MAX_NODES)
     _check_int("--ranks-per-node", ranks_per_node, 1)
@@ -58,6 +61,7 @@ def build_spec(nodes: int, ranks_per_node: int, rate: str | int | float, delay: 
     rate_bps = parse_rate(rate)
     delay_s = None if delay is None else parse_delay(delay)
     tbf = tbf_params(rate_bps, mtu, burst, delay_s)
+    port = tbf_params(rate_bps, mtu, burst, delay_s, port=True)
     netem = None if delay_s is None else {
         "kind": "netem", "delay_s": delay_s, "limit_packets": NETEM_LIMIT_PACKETS,
         "placement": "node eth0 egress, parent of the tbf (one-way node-to-node delay)",
@@ -70,7 +74,8 @@ def build_spec(nodes: int, ranks_per_node: int, rate: str | int | float, delay: 
         "delay": None if delay is None else str(delay), "delay_s": delay_s, "mtu": mtu, "interface": INTERFACE,
         "addresses": [f"{SUBNET}.{i + 1}" for i in range(nodes)],
         "qdisc": {"tbf": {k: v for k, v in tbf.items() if k != "kind"},
-                  "placement": ["node eth0 egress", "bridge port egress (what the node receives)"],
+                  "tbf_port": {k: v for k, v in port.items() if k != "kind"},
+                  "placement": ["node eth0 egress (tbf)", "bridge port egress, what the node receives (tbf_port)"],
                   "netem": netem, "counts": "Ethernet frames without preamble/FCS (mtu + 14 bytes per full frame)"},
         "frame_bytes": mtu + L2_HEADER, "payload_bytes": mtu - TCP_IP_HEADERS,
         "wire_overhead": wire_overhead(mtu), "expected_beta_s_per_byte": expected_beta(rate_bps, mtu),
@@ -79,13 +84,16 @@ def build_spec(nodes: int, ranks_per_node: int, rate: str | int | float, delay: 
         "host_ceiling": None if ceiling is None else {k: ceiling.get(k) for k in (
             "bps", "payload_bps", "measured", "cached", "mtu")},
         "rate_above_ceiling": None if ceiling_bps is None else rate_bps > CEILING_WARN_FRACTION * ceiling_bps,
-        "kernel": platform.release(), "tcp_congestion_control": _tcp_congestion_control(),
+        "kernel": platform.release(), "tcp_congestion_control": congestion_control,
+        "host_tcp_congestion_control": _tcp_congestion_control(),
+        "settings": None, "host_load_average": None, "rate_check": None, "achieved_rate_fraction": None,
     }
 
 
 def create_cluster(nodes: int, ranks_per_node: int, rate: str | int | float, delay: str | float | None = None,
                    mtu: int = 1500, *, burst: int | None = None, master_port: int = DEFAULT_MASTER_PORT,
                    reprobe: bool = False, measure_ceiling: bool = True,
+                   congestion_control: str = tuning.CONGESTION_CONTROL, verify_rate: bool = True,
                    warn: Callable[[str], None] | None = _stderr_warning) -> EmulatedCluster:
     """Build the emulated cluster and return it; the caller must ``close()`` it (or use it in ``with``)."""
     build_spec(nodes, ranks_per_node, rate, delay, mtu, burst)  # validate before touching the system
@@ -95,7 +103,7 @@ def create_cluster(nodes: int, ranks_per_node: int, rate: str | int | float, del
     if delay is not None:
         require_netem()
     ceiling = host_ceiling(mtu, reprobe=reprobe, tools=tools) if measure_ceiling else None
-    spec = build_spec(nodes, ranks_per_node, rate, delay, mtu, burst, ceiling)
+    spec = build_spec(nodes, ranks_per_node, rate, delay, mtu, burst, ceiling, congestion_control)
     if spec["rate_above_ceiling"] and warn is not None:
         warn(f"--rate {spec['rate']} is above {CEILING_WARN_FRACTION:.0%} of what this host carries through one "
              f"emulated link ({format_rate(spec['host_ceiling_bps'])}, measured {ceiling and ceiling['measured']}); "
@@ -103,11 +111,39 @@ def create_cluster(nodes: int, ranks_per_node: int, rate: str | int | float, del
     cluster = EmulatedCluster(nodes, ranks_per_node, spec, tools, master_port, mtu)
     netem = spec["qdisc"]["netem"]
     try:
-        cluster._build(spec["qdisc"]["tbf"], netem)
+        cluster._build(spec["qdisc"]["tbf"], netem, spec["qdisc"]["tbf_port"])
+        settings = tuning.apply_settings(cluster, congestion_control=congestion_control)
+        cluster.spec["settings"] = settings
+        cluster.spec["tcp_congestion_control"] = settings["sysctl"]["net.ipv4.tcp_congestion_control"]
+        if warn is not None and (settings["errors"] or not settings["uniform"]):
+            warn("the kernel refused some link settings of the emulated nodes (recorded as network.settings): " +
+                 "; ".join(settings["errors"][:3] or ["the namespaces read back different values"]))
+        cluster.spec["host_load_average"] = [round(x, 2) for x in os.getloadavg()]
+        if nodes < 2:
+            cluster.spec["rate_check"] = {"skipped": "one node: no link between nodes to check"}
+        elif verify_rate:
+            _record_rate_check(cluster, check_rate(cluster), warn)
     except BaseException:
         cluster.close()
         raise
     return cluster
+
+
+def _record_rate_check(cluster: EmulatedCluster, check: dict[str, Any], warn: Callable[[str], None] | None) -> None:
+    """Put the start-up rate check into the spec, and say so when the link carried less (or more) than its rate."""
+    spec = cluster.spec
+    spec["rate_check"] = check
+    spec["achieved_rate_fraction"] = fraction = check["achieved_rate_fraction"]
+    if warn is None:
+        return
+    if check["short"]:
+        warn(f"the emulated link carried {fraction:.2f} of --rate {spec['rate']} at start-up (both directions "
+             f"{', '.join(f'{f:.2f}' for f in check['fractions'])}; wanted >= {check['threshold']:.2f}; 1-minute load "
+             f"average {spec['host_load_average'][0]:.2f} on {os.cpu_count()} CPUs): this host is too busy or too slow "
+             "for this rate and the measurements will show it; recorded as network.achieved_rate_fraction")
+    elif fraction > RATE_CHECK_MAX_FRACTION:
+        warn(f"the emulated link carried {fraction:.2f} of --rate {spec['rate']} at start-up: more than the rate, "
+             "the shaping is not holding; recorded as network.achieved_rate_fraction")
 
 
 @contextlib.contextmanager
@@ -117,7 +153,9 @@ def emulated_cluster(nodes: int, ranks_per_node: int, rate: str | int | float, d
 
     ``rate``: tc-style text ('1gbit') or bits/s; ``delay``: one-way, text ('20us') or seconds (needs
     netem); options: ``burst`` (bytes of the token bucket), ``master_port``, ``reprobe`` (measure the host
-    ceiling again), ``measure_ceiling`` (False: skip it), ``warn`` (callable for warnings or None)::
+    ceiling again), ``measure_ceiling`` (False: skip it), ``congestion_control`` (the nodes' TCP congestion
+    control, default reno), ``verify_rate`` (False: skip the start-up rate check), ``warn`` (callable for
+    warnings or None)::
 
         with emulated_cluster(2, 1, "200mbit") as c:
             procs = c.run([sys.executable, "train.py"])   # one Popen per node

@@ -76,7 +76,8 @@ class EmulatedCluster:
     def _tc(self, netns: str, lines: Sequence[str], what: str) -> None:
         _run([self._tools["tc"], "-n", netns, "-batch", "-"], what, input="\n".join(lines) + "\n")
 
-    def _build(self, tbf: Mapping[str, Any] | None, netem: Mapping[str, Any] | None) -> None:
+    def _build(self, tbf: Mapping[str, Any] | None, netem: Mapping[str, Any] | None,
+               port_tbf: Mapping[str, Any] | None = None) -> None:
         all_ns = [self.bridge_namespace, *self.namespaces]
         self._created.extend(all_ns)  # known before they exist: teardown removes whatever got made
         self._ip(None, [f"netns add {ns}" for ns in all_ns], "creating the network namespaces")
@@ -92,7 +93,8 @@ class EmulatedCluster:
                      f"configuring node {i}'s namespace")
         if tbf is None:
             return
-        self._tc(br, [f"qdisc add dev p{i} root handle 1: {tbf['args']}" for i in range(self.nodes)],
+        port_args = (port_tbf or tbf)["args"]
+        self._tc(br, [f"qdisc add dev p{i} root handle 1: {port_args}" for i in range(self.nodes)],
                  "shaping the bridge ports with tc tbf")
         for ns in self.namespaces:
             if netem is None:

@@ -10,19 +10,34 @@ with timestamps carries ``mtu - 52`` payload bytes (20 IP + 20 TCP + 12 timestam
     beta = (8 / rate_bps) * (mtu + 14) / (mtu - 52)   seconds per payload byte
 
 (1gbit, mtu 1500: 8e-9 * 1514 / 1448 = 8.365e-9 s/B, 4.6 % above 8 / rate). ``wire_overhead`` in the
-spec is that factor. Bucket size (``burst``): the kernel's tbf keeps time in nanoseconds, so no HZ
-rule applies, but its dequeue can come late when the machine is busy (softirq and timer latency on a
-small VM), and tokens beyond the bucket are lost, so a one-frame bucket shapes well below the rate.
-The default bucket holds 4 ms of the rate (rate_bps / 8 / 250 bytes, the old HZ=250 rule) and at
-least 4 frames: measured on a 2-core VM with one TCP flow at 1gbit, a 3 kB bucket carried 35 % of the
-expected rate, a 1 ms bucket 97-98 % and the 4 ms bucket 99.9 % (at 200mbit every bucket from 4
-frames up gave 99.5-100 %). The price: after an idle period up to ``burst`` bytes pass at once,
-so a message smaller than the bucket that follows a pause is faster than the link (the spec records
-``burst_bytes`` and ``burst_s``; pass ``burst=`` to trade sustained rate for small-message fidelity).
-The queue (``limit``) holds the bucket plus 10 ms of the rate plus two ``delay`` of it (one round trip,
-so that loss-based TCP can still fill the link). ``delay`` is a one-way node-to-node latency: netem on
-the node's eth0 egress only (parent of the tbf), where the kernel has netem; without it a run with a
-delay is refused, never started without it.
+spec is that factor.
+
+Bucket (``burst``): the kernel's tbf keeps time in nanoseconds, so no HZ rule applies, but it sends
+only when its watchdog timer or a new packet wakes it, and on a busy machine that comes late (the timer
+runs in softirq, which ksoftirqd then shares the CPUs with everything else); tokens beyond the bucket
+are lost, so a bucket smaller than that lateness shapes below the rate. The default bucket holds 4 ms of
+the rate (rate_bps / 8 / 250 bytes) and at least 4 frames. Chosen by measurement with the start-up rate
+check (both directions of one 1 Gbit/s link at once, with :mod:`.tuning`'s settings; 2-core VM, other
+work running, 1-minute load 2.6-3.5, 3 clusters each): a 0.25 ms bucket carried 0.39-0.49 of the rate,
+0.5 ms 0.42-0.43, 1 ms 0.78-0.995, 2 ms 0.86-0.999, 4 ms 0.992-0.999 and 8 ms 0.992-0.993 (an earlier,
+idle measurement with one flow: 3 kB 35 %, 1 ms 97-98 %, 4 ms 99.9 %). A smaller bucket would let less
+through at the host's speed after an idle period (issue 15: mid-size messages faster than the wire, a
+fitted beta faster than the wire), but it gives up the sustained rate as soon as the machine is busy,
+which no fit can correct; 4 ms is the smallest bucket that held the rate. The price stays: after an idle
+period up to ``burst`` bytes pass at once, so a message smaller than the bucket that follows a pause is
+faster than the link (the spec records ``burst_bytes`` and ``burst_s``; pass ``burst=`` to trade
+sustained rate for small-message fidelity on an idle machine).
+
+Queues (``limit``): at a node's eth0 the bucket plus 20 ms of the rate, of which TCP small queues
+(:mod:`.tuning`) let one socket fill half, so a node's own queue never drops (it pushes back as a NIC
+does) while 10 ms of data waits for a late timer. At a bridge port (``tbf_port``, what a node receives)
+the bucket plus 50 ms: its input arrives in bursts when the receive softirq runs late (with 10 ms there,
+a loaded host dropped 9-30 GSO packets of up to 44 segments per run at the ports and reno halved its
+window: 64 MiB fell to 0.82-0.92 of the rate; with 50 ms none dropped), and several senders into one
+node (incast) queue there. Both also hold two ``delay`` of the rate (one round trip).
+
+``delay`` is a one-way node-to-node latency: netem on the node's eth0 egress only (parent of the tbf),
+where the kernel has netem; without it a run with a delay is refused, never started without it.
 """
 
 from __future__ import annotations
@@ -36,7 +51,8 @@ from .system import EmulationError, _names, _run, require_tools
 
 BURST_SECONDS = 0.004  # bucket: 4 ms of the rate (rate / 250) ...
 MIN_BURST_FRAMES = 4  # ... and never less than 4 full frames
-QUEUE_SECONDS = 0.010  # queue beyond the bucket: 10 ms of the rate (+ one round trip of --delay)
+QUEUE_SECONDS = 0.020  # queue beyond the bucket at a node's eth0: 20 ms of the rate (+ one round trip of --delay)
+PORT_QUEUE_SECONDS = 0.050  # ... and at a bridge port, which takes the bursts of a late receive softirq
 MIN_QUEUE_FRAMES = 64
 NETEM_LIMIT_PACKETS = 100_000
 L2_HEADER = 14  # Ethernet header counted by tbf (preamble, FCS and inter-frame gap are not)
@@ -119,15 +135,17 @@ def expected_beta(rate_bps: float, mtu: int = 1500) -> float:
     return 8.0 / rate_bps * wire_overhead(mtu)
 
 
-def tbf_params(rate_bps: int, mtu: int = 1500, burst: int | None = None, delay_s: float | None = None) -> dict:
-    """Bucket and queue of the tbf that shapes one link end (see the module docstring for the why)."""
+def tbf_params(rate_bps: int, mtu: int = 1500, burst: int | None = None, delay_s: float | None = None,
+               port: bool = False) -> dict:
+    """Bucket and queue of the tbf that shapes one link end, a node's eth0 or (``port``) a bridge port (see the
+    module docstring for the why)."""
     rate_Bps = rate_bps / 8.0
     frame = mtu + L2_HEADER
     if burst is None:
         burst = max(math.ceil(rate_Bps * BURST_SECONDS), MIN_BURST_FRAMES * frame)
     elif isinstance(burst, bool) or not isinstance(burst, int) or burst < frame:
         raise EmulationError(f"--burst must hold at least one frame (mtu + 14 = {frame} bytes), got {burst!r}")
-    queue_s = QUEUE_SECONDS + 2 * (delay_s or 0.0)
+    queue_s = (PORT_QUEUE_SECONDS if port else QUEUE_SECONDS) + 2 * (delay_s or 0.0)
     limit = burst + max(math.ceil(rate_Bps * queue_s), MIN_QUEUE_FRAMES * frame)
     return {"kind": "tbf", "rate_bps": rate_bps, "burst_bytes": burst, "burst_s": burst / rate_Bps,
             "limit_bytes": limit, "queue_s": (limit - burst) / rate_Bps,
