@@ -84,5 +84,8 @@ def _dpsgd_terms(cfg: Configurations, collective: str | None, record: bool, *, t
 SCHEDULES.register(Schedule(
     "dpsgd", "local step, then the model exchanged with the topology's neighbours and averaged (no overlap)",
     "Lian et al., 'Can decentralized algorithms outperform centralized algorithms?', NeurIPS 2017 (D-PSGD)",
-    "gossip", {"topology": "ring"}, _dpsgd, vectorized=_dpsgd_kernel))
+    "gossip", {"topology": "ring"}, _dpsgd, vectorized=_dpsgd_kernel,
+    placement="o: the training thread posts one exchange per neighbour (d o) after the local step, then waits "
+              "(runners/training/decentralized.py: DPSGD's isend/irecv); optimizer step: the local step, before "
+              "the exchange; interference: nothing overlaps"))
 TERMS["dpsgd"] = _dpsgd_terms
