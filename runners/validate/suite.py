@@ -57,7 +57,8 @@ SUITES: dict[str, Suite] = {
     "quick": Suite("quick", WORKLOADS[0][0], WORKLOADS[0][1], QUICK_TECHNIQUES, iterations=12, warmup=2,
                    sweep_sizes=("4", "16MiB", 4.0), extra_models=WORKLOADS[1:], repeats=2),
     "full": Suite("full", WORKLOADS[0][0], WORKLOADS[0][1], QUICK_TECHNIQUES + FULL_EXTRA, iterations=24, warmup=4,
-                  sweep_sizes=("4", "16MiB", 4.0), sweep_iters=(3, 15), profile_iters=(5, 30), extra_models=WORKLOADS[1:], repeats=3),
+                  sweep_sizes=("4", "16MiB", 4.0), sweep_iters=(3, 15), profile_iters=(5, 30),
+                  extra_models=WORKLOADS[1:], repeats=3),
 }
 
 
