@@ -28,12 +28,15 @@ REFERENCE_PREFIX = "measured: "
 
 # ------------------------------------------------------------------------------------- models
 def reference_profiles() -> dict[str, Path]:
-    """The profiles measured in the shipped reference run: label -> profile.json path."""
+    """The profiles measured in the shipped reference run: label -> profile JSON path (one per model and link)."""
     from runners import reference
 
     out = {}
-    for path in sorted(reference.VALIDATION_DIR.glob("*/profile.json")):
-        out[f"{REFERENCE_PREFIX}{path.parent.name} reference run"] = path
+    for link in reference.environments():
+        models = reference.profiles(link)
+        for model, path in models.items():
+            label = f"{link} reference run" if len(models) == 1 else f"{model}, {link} reference run"
+            out[f"{REFERENCE_PREFIX}{label}"] = path
     return out
 
 

@@ -109,8 +109,8 @@ def _fill_shares(frame: pd.DataFrame) -> pd.DataFrame:
 
 def repredict(records: Sequence[Mapping[str, Any]], profiles: Mapping[str, Any], env: cm.Environment
               ) -> pd.DataFrame:
-    """:func:`validation_frame` with every prediction redone in ``env`` (on the environment's profile in
-    ``profiles``: label -> ``ModelProfile``); rows whose environment has no profile are not predicted."""
+    """:func:`validation_frame` with every prediction redone in ``env`` (on the cell's measured profile in
+    ``profiles``: (environment, model) or environment -> ``ModelProfile``); rows without one are not predicted."""
     from costmodels.errors import CommscopeError
     from runners.validate import predict
 
@@ -119,7 +119,7 @@ def repredict(records: Sequence[Mapping[str, Any]], profiles: Mapping[str, Any],
     pred, how = [], []
     for r in recs:
         c = r["config"]
-        prof = profiles.get(c["environment"])
+        prof = profiles.get((c["environment"], c.get("model", ""))) or profiles.get(c["environment"])
         if prof is None:
             pred.append(math.nan)
             how.append("not predicted: no profile of this environment")

@@ -101,9 +101,8 @@ def _repredicted(env_json: str) -> pd.DataFrame:
     records, _ = _reference()
     profiles = {}
     for link in {r["config"]["environment"] for r in records}:
-        path = reference.VALIDATION_DIR / link / "profile.json"
-        if path.exists():
-            profiles[link] = cm.load_profile(path)
+        for model, path in reference.profiles(link).items():
+            profiles[(link, model)] = cm.load_profile(path)
     return repredict(records, profiles, cm.Environment.from_json(env_json))
 
 

@@ -45,6 +45,17 @@ def records(environment: str) -> list[dict]:
     return results.load(path).records
 
 
+def profiles(environment: str) -> dict[str, Path]:
+    """The measured profiles of one shipped environment: model -> its profile JSON (``profile.json`` holds the
+    suite's first model, ``profile-<model>.json`` the others)."""
+    import json
+
+    out = {}
+    for path in sorted((VALIDATION_DIR / environment).glob("profile*.json")):
+        out[str(json.loads(path.read_text()).get("name", path.stem))] = path
+    return out
+
+
 def published_records() -> list[dict]:
     """The shipped published measurements (collective records with ``origin: published`` and a citation)."""
     return results.load(PUBLISHED_DIR / "records.jsonl").records
