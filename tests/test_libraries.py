@@ -9,6 +9,7 @@ import pytest
 import costmodels as cm
 from costmodels.libraries import Pricer, resolve
 from costmodels.libraries import nccl_constants as tables
+from costmodels.libraries.core import Rows
 
 A100 = cm.environment("NVLink-A100")  # 8 GPUs on one NVSwitch node, NCCL, cc 80
 DGX2 = cm.environment("8xA100-NVLink+IB-HDR")  # nodes of 8 A100, 8 HDR NICs (24 GB/s each as NCCL models them)
@@ -253,11 +254,12 @@ def _reference(primitive: str, n: np.ndarray, p: np.ndarray, env: cm.Environment
 
 def _grids(rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
     """Random grids large enough to be priced in several blocks: many p by a few sizes (laid out by columns),
-    p in order (its rows in runs for a formula not affine in n), many sizes on one p (by rows), and 3-d."""
+    p in order (its rows in runs for a formula not affine in n), large p (where options are left out as they
+    cannot win), many sizes on one p (blocks of rows), and 3-d."""
     sizes = np.concatenate([[0.0, 1.0, 64.0, 2048.0, 2.0**20], 10.0 ** rng.uniform(0, 10, 19)])
     many_sizes = np.concatenate([[0.0], 10.0 ** rng.uniform(0, 10.5, 40_000)])
     return [(sizes, rng.integers(1, 5000, 1600)[:, None]), (sizes, np.arange(1, 1601)[:, None]),
-            (many_sizes, np.array(int(rng.integers(2, 600)))),
+            (sizes, rng.integers(100_000, 300_000, 1400)[:, None]), (many_sizes, np.array(int(rng.integers(2, 600)))),
             (10.0 ** rng.uniform(0, 10, (1, 25, 4)), rng.integers(1, 300, 40)[:, None, None])]
 
 
@@ -283,3 +285,45 @@ def test_choose_and_the_pricer_equal_a_plain_evaluation_on_random_grids(seed: in
             np.testing.assert_allclose(got.time, want["time"], rtol=1e-12, atol=0, err_msg=where)
             pricer = Pricer(primitive, np.where(p == 1, 2, p), env)
             np.testing.assert_allclose(pricer(n), want["priced"], rtol=1e-12, atol=0, err_msg=where)
+
+
+def test_the_pricer_leaves_out_options_that_cannot_win() -> None:
+    # on 100 000 ranks NCCL's rings carry 200 000 hops of latency (0.2 s and more): each of the trees, at 4 GiB,
+    # costs less than any ring at 8 B, so a pricer prices only the trees
+    p = np.arange(100_000, 102_048)[:, None]
+    sizes = 2.0 ** np.arange(3, 33)
+    pricer = Pricer("allreduce", p, DGX2)
+    live = pricer._live(Rows(0, p.shape[0], 2, sizes))
+    assert [(pricer.options[k].algorithm, pricer.options[k].protocol) for k in live] == \
+        [("tree", "LL"), ("tree", "LL128"), ("tree", "Simple")]
+    want = _reference("allreduce", sizes, p, DGX2)
+    got = cm.choose("allreduce", sizes, p, DGX2)
+    assert np.array_equal(got.algorithm, want["algorithm"]) and np.array_equal(got.time, want["time"])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_option_bounds_hold_every_estimate_in_their_range(seed: int) -> None:
+    # the contract that lets a pricer leave an option out: for sizes in [low, high] an estimate is NaN on a
+    # row where both bounds are, and otherwise lies between them (a NaN bound bounds nothing)
+    rng = np.random.default_rng(seed)
+    envs = [DGX2, A100, A100.with_(gamma=1e-10), DGX2.with_(gamma=1.2e-11, sharp=True), cm.environment("NVLink-H100"),
+            DGX2.with_(library="ideal"), cm.environment("10GbE").with_(library="ideal"), FLAT]
+    p = np.concatenate([[1, 2, 8, 64, 1024], rng.integers(1, 300_000, 300)])[:, None]
+    for env in envs:
+        for primitive in ("allreduce", "allgather", "reduce_scatter", "broadcast", "all_to_all"):
+            pricer = Pricer(primitive, np.where(p == 1, 2, p), env)
+            low, high = np.sort(10.0 ** rng.uniform(0, 10.5, 2))
+            sizes = np.concatenate([[low, high], rng.uniform(low, high, 20), 10.0 ** rng.uniform(np.log10(low),
+                                                                                                np.log10(high), 20)])
+            rows = Rows(0, p.shape[0], 2, sizes)
+            for o in pricer.options:
+                if o.bounds is None:
+                    continue
+                least, greatest = (np.broadcast_to(b, (p.shape[0], 1)) for b in o.bounds(rows, low, high))
+                n = np.broadcast_to(sizes, (p.shape[0], sizes.size))
+                e = o.prices(n, (np.empty(n.shape), np.empty(n.shape)), rows)[1]
+                where = f"{o.algorithm}/{o.protocol} {primitive} on {env.name}"
+                priced = ~np.isnan(e)
+                assert not np.any(priced & np.isnan(least) & np.isnan(greatest)), where
+                assert np.all(~priced | np.isnan(least) | (least <= e)), where
+                assert np.all(~priced | np.isnan(greatest) | (e <= greatest)), where

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import reduce
 from math import prod
 from typing import Any
 
@@ -32,6 +33,8 @@ from .runs import Runs
 
 Prices = Callable[..., tuple[np.ndarray, np.ndarray]]
 BLOCK = 1 << 15  # points priced at a time (a block's buffers of 256 KiB stay in the cache)
+PRUNE = 1 << 12  # blocks of at least this many points leave out the options that cannot win on them,
+PRUNED_TOGETHER = 8  # found for this many blocks at once
 
 
 class Rows:
@@ -62,7 +65,10 @@ class Option:
     reuses two buffers for all its options. ``shape`` is the broadcast shape of what the option holds besides
     n (p, the environment); with ``rows`` (:class:`Rows` of the result) it prices those rows alone, n being
     their part of the sizes. None: an option that prices whole grids only. ``estimate`` False says that the
-    library's estimate is the price (one array returned twice), so that a pricer keeps only one of them."""
+    library's estimate is the price (one array returned twice), so that a pricer keeps only one of them.
+    ``bounds(rows, low, high)``, where known, gives per row the least and the greatest estimate that
+    ``prices`` computes for any size in [low, high] (the computed values, rounding included), so that a
+    pricer can leave out an option that cannot win on a block."""
 
     algorithm: str
     protocol: str
@@ -70,6 +76,7 @@ class Option:
     prices: Prices
     shape: tuple[int, ...] | None = None
     estimate: bool = True
+    bounds: Callable[[Rows, float, float], tuple[Any, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -153,7 +160,12 @@ def registered_option(algorithm: str, p: Any, env: Environment | EnvironmentArra
         np.copyto(out[0], t)
         return out[0], out[0]
 
-    return Option(algorithm, "-", 1, prices, evaluate.shape, estimate=False)
+    def bounds(rows: Rows, low: float, high: float) -> tuple[Any, Any]:
+        """slope * n + intercept at either end, as ``prices`` computes it: monotonic in n, so they bound it."""
+        ends = [np.multiply(rows(b), end) + rows(a) for end in (low, high)]
+        return np.fmin(*ends), np.fmax(*ends)
+
+    return Option(algorithm, "-", 1, prices, evaluate.shape, estimate=False, bounds=None if a is None else bounds)
 
 
 def _on_rows(evaluate: Evaluator, rows: Rows, runs: Runs | None) -> np.ndarray:
@@ -190,7 +202,8 @@ class Pricer:
 
         The lowest estimate wins (a running minimum over the options, the first of equal ones), or the
         library's rule decides; NaN options never win. A grid of more than :data:`BLOCK` points is priced
-        in blocks of rows, every option on one block before the next."""
+        in blocks of rows, every option on one block before the next, leaving out on blocks of at least
+        :data:`PRUNE` points the options that cannot win on them (where their bounds say so)."""
         sizes = np.asarray(sizes, dtype=np.float64)
         shapes = [o.shape for o in self.options]
         blocks = all(s is not None for s in shapes)
@@ -213,23 +226,29 @@ class Pricer:
         flags = [np.empty(block, dtype=bool, order=order) for _ in range(2)]
         # the chosen option's index in a byte per point while a block is priced
         index_block = np.empty(block, dtype=np.uint8 if len(self.options) < 256 else np.intp, order=order)
+        prune = blocks and prod(block) >= PRUNE and self.library.select is None
+        live = None
         for start in range(0, shape[0], step):
             rows = Rows(start, min(start + step, shape[0]), len(shape), sizes)
+            if prune and start % (step * PRUNED_TOGETHER) == 0:  # the options that may win on the next blocks
+                live = self._live(Rows(start, min(start + step * PRUNED_TOGETHER, shape[0]), len(shape), sizes))
             parts = [w[:rows.stop - start] for w in work]
             chosen, flagged = index_block[:rows.stop - start], [f[:rows.stop - start] for f in flags]
             if columns:
                 np.copyto(parts[3], rows.sizes)
-                self._block(parts[3], rows, parts[4], chosen, parts[:3], flagged)
+                self._block(parts[3], rows, parts[4], chosen, parts[:3], flagged, live)
                 np.copyto(rows(t), parts[4])
             else:
-                self._block(rows.sizes if blocks else sizes, rows if blocks else None, rows(t), chosen, parts, flagged)
+                self._block(rows.sizes if blocks else sizes, rows if blocks else None, rows(t), chosen, parts, flagged,
+                            live)
             np.copyto(rows(index), chosen)
         return index, t
 
     def _block(self, n: np.ndarray, rows: Rows | None, t: np.ndarray, index: np.ndarray, work: list[np.ndarray],
-               flags: list[np.ndarray]) -> None:
+               flags: list[np.ndarray], live: list[int] | None = None) -> None:
         """Choose and price the rows ``rows`` of the result (sizes ``n``) into their parts ``t`` and ``index``,
-        with three buffers of their shape (``work``) and two of flags.
+        with three buffers of their shape (``work``) and two of flags; ``live``: the options that may win
+        there (:meth:`_live`; None: all of them).
 
         Where every option's estimate is its price, the lowest estimate so far is kept in ``t`` itself (the
         first option's NaN as infinity, and NaN again where nothing else has a price). An option whose
@@ -244,8 +263,9 @@ class Pricer:
                 if better.any():
                     np.copyto(t, o.prices(n, buffers, rows)[0], where=better)
         else:
+            live = range(len(self.options)) if live is None else live
             best = work[2] if any(o.estimate for o in self.options) else t
-            first_t, first_e = self.options[0].prices(n, (t, best), rows)
+            first_t, first_e = self.options[live[0]].prices(n, (t, best), rows)
             if first_t is not t:
                 np.copyto(t, first_t)
             if first_e is not best:
@@ -253,9 +273,9 @@ class Pricer:
             gaps = np.isnan(best, out=unpriced).any()
             if gaps:
                 np.copyto(best, np.inf, where=unpriced)
-            index.fill(0)
-            for k, o in enumerate(self.options[1:], start=1):
-                tk, ek = o.prices(n, buffers, rows)
+            index.fill(live[0])
+            for k in live[1:]:
+                tk, ek = self.options[k].prices(n, buffers, rows)
                 if not np.less(ek, best, out=better).any():
                     continue
                 np.copyto(index, k, where=better)
@@ -263,10 +283,27 @@ class Pricer:
                     np.copyto(t, tk, where=better)
                 np.fmin(best, ek, out=best)  # ek where lower, else best (NaN never wins)
             if gaps and best is t:
-                np.copyto(t, np.nan, where=unpriced & (index == 0))
+                np.copyto(t, np.nan, where=unpriced & (index == live[0]))
         if np.isnan(t, out=better).any():
             raise CommscopeError(f"library {self.library.name} has no algorithm of {self.primitive} defined at "
                                  "some of these p")
+
+    def _live(self, rows: Rows) -> list[int]:
+        """The options that may win on these rows, in order. An option never is the lowest on a row where its
+        least estimate over the block's sizes exceeds the least of all options' greatest estimates, nor where
+        it has no price (both bounds NaN); one that never is on any row is left out (all of them never are)."""
+        everything = list(range(len(self.options)))
+        low, high = float(np.min(rows.sizes)), float(np.max(rows.sizes))
+        if not low <= high:  # NaN sizes
+            return everything
+        bounds = [None if o.bounds is None else o.bounds(rows, low, high) for o in self.options]
+        greatest = [b[1] for b in bounds if b is not None]
+        if len(greatest) < 2:
+            return everything
+        least = reduce(np.fmin, greatest)  # NaN (no price on a row) bounds nothing
+        live = [k for k, b in zip(everything, bounds, strict=True)
+                if b is None or not np.all((b[0] > least) | (np.isnan(b[0]) & np.isnan(b[1])))]
+        return live or everything
 
     def __call__(self, sizes: Any) -> np.ndarray:
         return self.pick(np.asarray(sizes, dtype=np.float64))[1]

@@ -218,8 +218,23 @@ def _option(name: str, protocol: int, lv: Levels, lat_model: Any, lat_real: Any,
         per_byte += part(lat_model_s)
         return t, per_byte
 
+    def bounds(rows: Rows, low: float, high: float) -> tuple[Any, Any]:
+        """The estimate at either end of [low, high], as the prices compute it: it grows with n (and with the
+        tree's correction, whose least and greatest on the block's sizes bound it; a plateau bound either
+        latency), and rounding keeps the order."""
+        w, latency = rows(inv_bw), rows(lat_model_s)
+        if name == "tree":
+            corrected = correction(protocol, rows.sizes, rows)
+            return (np.multiply(np.multiply(w, np.min(corrected)), low) + latency,
+                    np.multiply(np.multiply(w, np.max(corrected)), high) + latency)
+        at_low, at_high = np.multiply(low, w), np.multiply(high, w)
+        if not plateau:
+            return at_low + latency, at_high + latency
+        return (np.fmin(at_low + latency, at_low + rows(arrays[7])),
+                np.fmax(at_high + latency, at_high + rows(arrays[7])))
+
     return Option(name, tables.PROTOCOLS[protocol], lv.channels, tree_prices if name == "tree" else ring_prices,
-                  shape)
+                  shape, bounds=bounds)
 
 
 def _at_least(inv_bw: Any, factor: float, reduced: Any) -> bool:
