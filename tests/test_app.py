@@ -157,27 +157,27 @@ def test_measured_points_and_their_markers() -> None:
     from app.data import measured_points
     from runners import reference
 
-    recs = reference.records("100mbit")
+    recs = reference.records("200mbit")
     pts = measured_points(recs, "allreduce")
     mine = [r for r in recs if r["kind"] == "collective" and r["config"]["op"] == "allreduce"]
-    assert len(pts) == len(mine) and set(pts["p"]) == {4} and set(pts["network"]) == {"100mbit"}
+    assert len(pts) == len(mine) and set(pts["p"]) == {4} and set(pts["network"]) == {"200mbit"}
     assert sorted(pts["time_s"]) == sorted(r["result"]["time_s"] for r in mine)
     assert measured_points(recs, "all_to_all").empty
     sizes = np.geomspace(1e3, 1e7, 9)
     curves = collective_curves(["ring_allreduce"], 4, cm.environment("10GbE"), sizes)
     fig = collective_figure(curves, "time_s", measured=pts)
     marks = [tr for tr in fig.data if tr.mode == "markers"]
-    assert len(marks) == 1 and marks[0].name.startswith("measured p=4 (100mbit")
+    assert len(marks) == 1 and marks[0].name.startswith("measured p=4 (200mbit")
     assert len(marks[0].x) == len(pts) and marks[0].error_y.array is not None
 
 
 def test_page_overlays_the_reference_sweep(page: AppTest) -> None:
     page.radio(key="coll_measured").set_value("reference").run()
-    page.selectbox(key="coll_measured_link").set_value("1gbit").run()
+    page.selectbox(key="coll_measured_link").set_value("2500mbit").run()
     page.number_input(key="coll_p").set_value(4).run()
     assert not page.exception, page.exception
     names = _names(_chart(page))
-    assert any(n.startswith("measured p=4 (1gbit") for n in names)
+    assert any(n.startswith("measured p=4 (2500mbit") for n in names)
     page.selectbox(key="coll_primitive").set_value("broadcast").run()
     assert not page.exception and any("no broadcast records" in i.value for i in page.info)
 

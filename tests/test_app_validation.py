@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from streamlit.testing.v1 import AppTest
 from app import data_measured as dm
 from app import data_validation as dv
 from app import figures_measured as fm
-from runners import reference, results, validate
+from runners import results, validate
 from runners.validate.attribution import attribute
 
 SHARES = {"100mbit": 0.7, "1gbit": 0.4, "2500mbit": 0.15}  # one environment per regime
@@ -53,9 +54,12 @@ def new_format(records: list[dict]) -> list[dict]:
     return out
 
 
+OLD_FORMAT = Path(__file__).parent / "data" / "validation_before_issue16.jsonl"  # the reference run before issue 16
+
+
 @pytest.fixture(scope="module")
 def old() -> list[dict]:
-    return reference.validation_records()
+    return results.load(OLD_FORMAT).records
 
 
 @pytest.fixture(scope="module")
@@ -165,8 +169,8 @@ def _upload(at: AppTest, records: list[dict]) -> AppTest:
     return at
 
 
-def test_page_with_old_records_shows_prediction_a_only() -> None:
-    at = open_page("views/measured.py")
+def test_page_with_old_records_shows_prediction_a_only(old) -> None:
+    at = _upload(open_page("views/measured.py"), old)
     titles = [s.value for s in at.subheader]
     assert titles.index("Which prediction is right") < titles.index("Iteration time: predicted against measured")
     assert len(at.metric) == 1 and at.metric[0].value == "3 of 3"
@@ -176,6 +180,15 @@ def test_page_with_old_records_shows_prediction_a_only() -> None:
     regimes = next(d.value for d in at.dataframe if "regime" in d.value.columns)
     assert set(regimes["regime"]) == {"communication-bound"}
     assert not at.warning and not at.error
+
+
+def test_shipped_reference_run_shows_three_predictions() -> None:
+    at = open_page("views/measured.py")
+    assert not at.error
+    assert [m.label for m in at.metric] == [f"fastest predicted right, {validate.report.LABELS[k]}"
+                                            for k in ("calibrated", "sweep", "defaults")]
+    regimes = next(d.value for d in at.dataframe if "regime" in d.value.columns)
+    assert {"communication-bound", "mixed"} <= set(regimes["regime"])
 
 
 def test_page_with_new_records_shows_three_predictions_and_the_terms(new) -> None:

@@ -129,23 +129,32 @@ def test_plan_profiles_mgwfbp_from_this_run(tmp_path) -> None:
 def test_shipped_reference_run() -> None:
     recs = reference.validation_records()
     envs = reference.environments()
-    assert envs == ["100mbit", "1gbit", "2500mbit"]
-    techniques = {t for t, _ in v.SUITES["quick"].techniques}
+    assert envs == ["200mbit", "1gbit-2x2", "2500mbit"]
+    suite = v.SUITES["quick"]
+    techniques = {t for t, _ in suite.techniques}
     for env in envs:
-        mine = [r for r in recs if r["config"]["environment"] == env]
-        assert {r["config"]["technique"] for r in mine} == techniques
-        assert all(r["config"]["world_size"] == 4 for r in mine)
+        for model, _ in suite.workloads:
+            mine = [r for r in recs if r["config"]["environment"] == env and r["config"]["model"] == model]
+            assert {r["config"]["technique"] for r in mine} == techniques
+            assert all(r["config"]["world_size"] == 4 and r["config"]["repeats"] == suite.repeats for r in mine)
         kinds = {r["kind"] for r in reference.records(env)}
         assert kinds == {"collective", "environment", "profile", "iteration"}
         assert (reference.VALIDATION_DIR / env / "environment.json").exists()
+        assert set(reference.profiles(env)) == {m for m, _ in suite.workloads}
+    # communication-bound and mixed cells (no compute-bound one: on 4 ranks sharing 2 cores the bsp iteration
+    # waits 30% of its time for the slowest rank's compute even on the fastest link; see the closing note)
+    shares = v.regimes(v.table_rows(recs))
+    names = {v.regime_name(x) for x in shares.values()}
+    assert {"communication-bound", "mixed"} <= names, shares
     # the comparison is reproducible from the shipped records with today's models
     for env in envs:
         e = cm.Environment.load(reference.VALIDATION_DIR / env / "environment.json")
-        prof = cm.load_profile(reference.VALIDATION_DIR / env / "profile.json")
-        again = v.compare(reference.records(env), prof, e, env)
+        profs = {m: cm.load_profile(p) for m, p in reference.profiles(env).items()}
+        again = v.compare(reference.records(env), profs, e, env)
         shipped = [r for r in recs if r["config"]["environment"] == env]
-        np.testing.assert_allclose([r["result"]["predicted_s"] for r in again],
-                                   [r["result"]["predicted_s"] for r in shipped], rtol=1e-9)
+        for key in ("predicted_s", "predicted_defaults_s"):
+            np.testing.assert_allclose([r["result"][key] for r in again], [r["result"][key] for r in shipped],
+                                       rtol=1e-9)
     assert reference.COMMAND in (reference.VALIDATION_DIR / "validation.md").read_text()
 
 

@@ -212,9 +212,9 @@ if source == "reference":
 
     records, envs = _reference()
     key = "reference"
-    st.caption(f"The shipped reference run: 4 gloo ranks on CPU, one emulated link per rank (`{COMMAND}`). "
-               "Each prediction uses the environment fitted to that link's own collective sweep and the model "
-               "profiled in the same run.")
+    st.caption(f"The shipped reference run: 4 gloo ranks on CPU behind emulated links, one per rank, or 2 per "
+               f"node on the two-level cluster (`{COMMAND}`), two models. Each prediction uses the environment "
+               "fitted to that environment's own collective sweep and the model profiled in the same run.")
 else:
     up = results_uploader("meas_upload")
     if up is None:

@@ -1,10 +1,12 @@
 """Reference measurements shipped with commscope, so the app shows predicted vs measured with no run first.
 
-``validation/`` holds one run of the quick validation suite on a 2-core CPU machine, 4 gloo ranks,
-each behind its own emulated link (one network namespace per rank, tc tbf) at 100 Mbit/s (communication
-bound), 1 Gbit/s (balanced) and 2.5 Gbit/s (compute bound), made by :data:`COMMAND`. Per link rate
-it keeps the sweep, fitted environment, profile and iteration records, the plan and the log; at the
-top, the validation records and the CSV / markdown comparison.
+``validation/`` holds one run of the quick validation suite on a 2-core CPU machine, 4 gloo ranks, two
+workloads (resnet_small, a CNN with 0.7 MB of gradients, and gpt_wide, a transformer with a 23 MB embedding
+and head), every technique twice in rotated order, made by :data:`COMMAND` (into a scratch directory, then
+moved here): each rank behind its own emulated link (one network namespace per rank, tc tbf) at 200 Mbit/s
+and 2.5 Gbit/s, and a two-level cluster of 2 nodes x 2 ranks (loopback inside a node, 1 Gbit/s between).
+Per environment it keeps the sweep, fitted environment, each model's profile and the iteration records, the
+plan and the log; at the top, the validation records (three predictions per cell) and the CSV / markdown.
 
 ``published/`` holds collective measurements published by others (nccl-tests tables and benchmark posts on
 8x A100, 8x H200, 2 x 8 H100 and PCIe GPUs without peer-to-peer), transcribed with their sources in
@@ -23,8 +25,7 @@ from runners import results
 
 VALIDATION_DIR = Path(__file__).resolve().parent / "validation"
 PUBLISHED_DIR = Path(__file__).resolve().parent / "published"
-COMMAND = ("commscope validate --suite quick --ranks 4 --emulate 100mbit,1gbit,2500mbit "
-           "--out runners/reference/validation")
+COMMAND = "commscope validate --suite quick --ranks 4 --emulate 200mbit,1gbit:2,2500mbit"
 
 
 def validation_records() -> list[dict]:
