@@ -3,9 +3,10 @@
     python bench/bench_libraries.py [--sizes 40] [--ranks 250000] [--repeat 5] [--json]
 
 The grid is ``sizes`` message sizes (8 B .. 4 GiB, a row) times ``ranks`` worker counts (a column), in the
-two-level DGX A100 preset: NCCL prices 6 (algorithm, protocol) options per point and keeps the one its own
+two-level DGX A100 preset: NCCL chooses among 6 (algorithm, protocol) options per point, the one its own
 model estimates fastest; gloo and mpich choose among registered formulas; ideal is the cheapest of all of
-them. Reports points per second (best of ``repeat``) per library; the goal is >= 1e7 for nccl.
+them (8 for allreduce, one of them, the double binary tree, not affine in n). Reports points per second
+(best of ``repeat``, the machine being shared) per library; the goal is >= 1e7 for nccl and ideal.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ Libraries that only choose among registered collective algorithms (``ideal``, ``
 them with those algorithms' formulas; ``nccl`` has a model of its own (:mod:`.nccl`).
 
 A large grid is priced in blocks of rows (:class:`Rows`, about :data:`BLOCK` points each), so that the few
-buffers a block needs stay in the CPU's cache while every option is priced and compared on it.
+buffers a block needs stay in the CPU's cache while every option is priced and compared on it; an option
+whose bounds show that it cannot win on a block is not priced there, and a formula not affine in n is
+evaluated once per run of equal rows (:mod:`.runs`). Each is exact: the prices are those of the formulas.
 """
 
 from __future__ import annotations
@@ -205,16 +207,20 @@ class Pricer:
         in blocks of rows, every option on one block before the next, leaving out on blocks of at least
         :data:`PRUNE` points the options that cannot win on them (where their bounds say so)."""
         sizes = np.asarray(sizes, dtype=np.float64)
+        if len(self.options) == 1 and self.library.select is None:  # one option (gloo's): its price, whole
+            t = self.options[0].prices(sizes)[0]
+            self._priced(np.isnan(t))
+            return np.zeros(np.shape(t), dtype=np.intp), t
         shapes = [o.shape for o in self.options]
         blocks = all(s is not None for s in shapes)
         if not blocks:  # an option that prices whole grids only: one block, as large as its price
             shapes = [np.shape(self.options[0].prices(sizes)[0])]
         shape = np.broadcast_shapes(sizes.shape, np.shape(self.p), *shapes)
         t, index = np.empty(shape), np.empty(shape, dtype=np.intp)
-        if not shape:  # one point (a lone option's time a numpy scalar, as its formula gives it)
+        if not shape:  # one point
             self._block(sizes, None, t, index, [np.empty(()) for _ in range(3)],
                         [np.empty((), dtype=bool) for _ in range(2)])
-            return index, t[()] if len(self.options) == 1 and self.library.select is None else t
+            return index, t
         step = max(1, BLOCK // max(1, prod(shape[1:])) if blocks else shape[0])
         block = (min(step, shape[0]), *shape[1:])
         # a block of more rows than its last axis is long is laid out column by column, the sizes spread over
@@ -284,7 +290,11 @@ class Pricer:
                 np.fmin(best, ek, out=best)  # ek where lower, else best (NaN never wins)
             if gaps and best is t:
                 np.copyto(t, np.nan, where=unpriced & (index == live[0]))
-        if np.isnan(t, out=better).any():
+        self._priced(np.isnan(t, out=better))
+
+    def _priced(self, unpriced: Any) -> None:
+        """Raise if a time is NaN (``unpriced``: where): no option of the library has a price there."""
+        if np.any(unpriced):
             raise CommscopeError(f"library {self.library.name} has no algorithm of {self.primitive} defined at "
                                  "some of these p")
 

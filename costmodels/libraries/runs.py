@@ -162,8 +162,11 @@ class Runs:
         if trace is None or ndim == 0 or any(np.ndim(a) > ndim for a in args):
             return None
         values: dict[int, Any] = dict(enumerate([None, *args]))
-        trace.run(values, sized=False)  # over every row, once
-        runs = cls(trace, {i: values[i] for i in trace.boundary}, ndim)
+        try:
+            trace.run(values, sized=False)  # over every row, once
+            runs = cls(trace, {i: values[i] for i in trace.boundary}, ndim)
+        except (TypeError, ValueError):  # values that are no plain numeric arrays: the formula is evaluated whole
+            return None
         return runs if runs.first.size <= MOST_RUNS * runs.count else None
 
     def __call__(self, start: int, stop: int, sizes: Any) -> Any:
