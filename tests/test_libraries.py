@@ -1,5 +1,7 @@
 """The collective-library layer (costmodels.libraries): what NCCL, gloo, MPICH and the ideal library run, and
-what it costs, pinned to values worked by hand from NCCL 2.21's tuning model and the libraries' rules."""
+what it costs, pinned to values worked by hand from NCCL 2.21's tuning model and the libraries' rules; and the
+pricer (blocks, options left out by their bounds, formulas evaluated once per run of rows) held to a plain
+evaluation of the same formulas on random grids."""
 
 from __future__ import annotations
 
@@ -7,9 +9,11 @@ import numpy as np
 import pytest
 
 import costmodels as cm
+from costmodels._compile import CompiledExpr
 from costmodels.libraries import Pricer, resolve
 from costmodels.libraries import nccl_constants as tables
 from costmodels.libraries.core import Rows
+from costmodels.libraries.runs import Runs
 
 A100 = cm.environment("NVLink-A100")  # 8 GPUs on one NVSwitch node, NCCL, cc 80
 DGX2 = cm.environment("8xA100-NVLink+IB-HDR")  # nodes of 8 A100, 8 HDR NICs (24 GB/s each as NCCL models them)
@@ -327,3 +331,20 @@ def test_option_bounds_hold_every_estimate_in_their_range(seed: int) -> None:
                 assert not np.any(priced & np.isnan(least) & np.isnan(greatest)), where
                 assert np.all(~priced | np.isnan(least) | (least <= e)), where
                 assert np.all(~priced | np.isnan(greatest) | (e <= greatest)), where
+
+
+def test_a_formula_not_affine_in_n_is_evaluated_once_per_run_of_equal_rows() -> None:
+    # the double binary tree looks at p only through ceil(lg p) (and the link it runs on): 13 runs of rows for
+    # p = 2 .. 4999 on DGX A100 nodes, and the same values, bit for bit, as Collective.time
+    c = cm.collective("double_binary_tree_allreduce")
+    p = np.arange(2, 5000)[:, None]
+    sizes = np.concatenate([[0.0], 10.0 ** np.linspace(0, 10, 32)])
+    evaluate = c.evaluator(p, DGX2, out_of_domain="nan")
+    runs = Runs.of(evaluate.compiled, evaluate.args, 2)
+    assert runs is not None and list(runs.first) == [0, 1, 3, 7, 15, 31, 63, 127, 255, 511, 1023, 2047, 4095]
+    assert np.array_equal(runs(0, p.shape[0], sizes), c.time(sizes, p, DGX2))
+    assert np.array_equal(runs(100, 900, sizes), c.time(sizes, p[100:900], DGX2))
+    # a formula that calls what a trace cannot follow (a reduction over n) is evaluated whole
+    summed = CompiledExpr(c.expr, evaluate.compiled.args, evaluate.compiled.size, False,
+                          lambda n, p, *rest: np.sum(n) * p)
+    assert Runs.of(summed, evaluate.args, 2) is None

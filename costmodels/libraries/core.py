@@ -68,9 +68,9 @@ class Option:
     n (p, the environment); with ``rows`` (:class:`Rows` of the result) it prices those rows alone, n being
     their part of the sizes. None: an option that prices whole grids only. ``estimate`` False says that the
     library's estimate is the price (one array returned twice), so that a pricer keeps only one of them.
-    ``bounds(rows, low, high)``, where known, gives per row the least and the greatest estimate that
-    ``prices`` computes for any size in [low, high] (the computed values, rounding included), so that a
-    pricer can leave out an option that cannot win on a block."""
+    ``bounds(rows, low, high)``, where known, gives per row a lower and an upper bound of the estimates that
+    ``prices`` computes for sizes in [low, high] (of the computed values, rounding included; both NaN only
+    where the option has no price), so that a pricer can leave out an option that cannot win on a block."""
 
     algorithm: str
     protocol: str

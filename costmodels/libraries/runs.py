@@ -125,7 +125,7 @@ def _trace(compiled: CompiledExpr) -> _Trace | None:
     if known is None or known[0] is not compiled:
         try:
             trace: _Trace | None = _Trace(compiled)
-        except UntraceableError:
+        except (UntraceableError, TypeError, ValueError):  # a call that a traced value cannot stand in for
             trace = None
         known = _TRACES[id(compiled)] = (compiled, trace)
     return known[1]
