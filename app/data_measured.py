@@ -162,13 +162,14 @@ def error_table(frame: pd.DataFrame, by: str = "technique", total: bool = True) 
 
 
 def efficiency_frame(frame: pd.DataFrame, metric: str = "speedup", baseline: str = BASELINE) -> pd.DataFrame:
-    """Long table (environment, technique, source, value): ``metric`` of each technique, predicted and
-    measured. ``speedup`` divides the baseline technique's time in the same environment and source
-    (NaN where that environment has no baseline)."""
+    """Long table (environment, model, technique, source, value): ``metric`` of each technique, predicted and
+    measured. ``speedup`` divides the baseline technique's time in the same environment, model and source
+    (NaN where that cell has no baseline)."""
     if metric not in EFFICIENCY_METRICS:
         raise ValueError(f"unknown metric {metric!r}; allowed: {', '.join(EFFICIENCY_METRICS)}")
     rows = []
-    for env_name, df in frame.groupby("environment", sort=False):
+    models = frame["model"] if "model" in frame else pd.Series("", index=frame.index)
+    for (env_name, model), df in frame.groupby([frame["environment"], models.fillna("")], sort=False):
         base = df[df["technique"] == baseline]
         for source in ("predicted", "measured"):
             t = df[f"{source}_s"].to_numpy(dtype=float)
@@ -181,9 +182,9 @@ def efficiency_frame(frame: pd.DataFrame, metric: str = "speedup", baseline: str
                 values = t * 1e3
             else:
                 values = df["compute_s"].to_numpy(dtype=float) / t
-            rows += [{"environment": str(env_name), "technique": tech, "source": source, "value": float(v)}
-                     for tech, v in zip(df["technique"], values, strict=True)]
-    return pd.DataFrame(rows, columns=["environment", "technique", "source", "value"])
+            rows += [{"environment": str(env_name), "model": str(model), "technique": tech, "source": source,
+                      "value": float(v)} for tech, v in zip(df["technique"], values, strict=True)]
+    return pd.DataFrame(rows, columns=["environment", "model", "technique", "source", "value"])
 
 
 # ============================================================================== fitted environments

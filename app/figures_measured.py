@@ -173,15 +173,19 @@ def published_figure(frame: pd.DataFrame, band: float = 0.1, title: str = "") ->
 
 def efficiency_figure(eff: pd.DataFrame, metric: str = "speedup", baseline: str = "", title: str = "") -> go.Figure:
     """Grouped bars, predicted beside measured, of each technique's ``metric`` (the long table of
-    :func:`app.data_measured.efficiency_frame`); the x axis groups techniques by environment."""
+    :func:`app.data_measured.efficiency_frame`); the x axis groups techniques by environment (and model, where
+    there is more than one)."""
     label = EFFICIENCY_METRICS[metric][0]
     if metric == "speedup" and baseline:
         label = f"speedup over {baseline} (x)"
     fig = go.Figure()
     for source in ("predicted", "measured"):
         d = eff[eff["source"] == source]
+        group = d["environment"].astype(str)
+        if "model" in eff and eff["model"].nunique() > 1:
+            group = group + " " + d["model"].astype(str)
         fig.add_trace(go.Bar(
-            x=[d["environment"].astype(str).tolist(), d["technique"].astype(str).tolist()], y=d["value"],
+            x=[group.tolist(), d["technique"].astype(str).tolist()], y=d["value"],
             name=source, meta="points", marker={"color": SOURCE_COLORS[source]},
             hovertemplate="%{x}<br>" + source + " %{y:.4g}<extra></extra>",
         ))

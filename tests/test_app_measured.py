@@ -25,7 +25,7 @@ from runners import reference, results, validate
 from runners.measure.fit import fit
 
 VALIDATION = reference.VALIDATION_DIR / "validation.jsonl"
-RECORDS_1G = reference.VALIDATION_DIR / "1gbit" / "records.jsonl"
+RECORDS_1G = reference.VALIDATION_DIR / "1gbit-2x2" / "records.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def frame(records) -> object:
 
 @pytest.fixture(scope="module")
 def fitted() -> object:
-    return fit(reference.records("1gbit"), "allreduce,allgather,reduce_scatter",
+    return fit(reference.records("1gbit-2x2"), "allreduce,allgather,reduce_scatter",
                "ring_allreduce,ring_allgather,allreduce_reduce_scatter", statistic="mean")
 
 
@@ -50,7 +50,7 @@ def _points(fig) -> int:
 
 # ============================================================================== tables, figures
 def test_validation_frame_holds_every_record(records, frame) -> None:
-    assert len(frame) == len(records) == 24
+    assert len(frame) == len(records) == 48  # 3 environments x 2 models x 8 techniques (repetitions merged)
     for r, row in zip(records, frame.itertuples(), strict=True):
         assert row.technique == r["config"]["technique"] and row.environment == r["config"]["environment"]
         assert row.predicted_s == r["result"]["predicted_s"] and row.measured_s == r["result"]["measured_s"]
@@ -105,13 +105,16 @@ def test_efficiency_predicted_beside_measured(frame) -> None:
     assert len(eff) == 2 * len(frame)
     base = eff[eff["technique"] == "bsp"]
     assert np.allclose(base["value"], 1.0)
-    row = frame[(frame["technique"] == "fusion") & (frame["environment"] == "1gbit")].iloc[0]
-    bsp = frame[(frame["technique"] == "bsp") & (frame["environment"] == "1gbit")].iloc[0]
-    got = eff[(eff["technique"] == "fusion") & (eff["environment"] == "1gbit")].set_index("source")["value"]
+    assert len(base) == 2 * 3 * 2  # one bsp per (environment, model), predicted and measured: each its own baseline
+    cell = (frame["environment"] == "1gbit-2x2") & (frame["model"] == "gpt_wide")
+    row = frame[(frame["technique"] == "fusion") & cell].iloc[0]
+    bsp = frame[(frame["technique"] == "bsp") & cell].iloc[0]
+    got = eff[(eff["technique"] == "fusion") & (eff["environment"] == "1gbit-2x2")
+              & (eff["model"] == "gpt_wide")].set_index("source")["value"]
     assert got["measured"] == pytest.approx(bsp.measured_s / row.measured_s)
     assert got["predicted"] == pytest.approx(bsp.predicted_s / row.predicted_s)
-    thr = dm.efficiency_frame(frame, "throughput").set_index(["environment", "technique", "source"])["value"]
-    assert thr["1gbit", "fusion", "measured"] == pytest.approx(32 * 4 / row.measured_s)
+    thr = dm.efficiency_frame(frame, "throughput").set_index(["environment", "model", "technique", "source"])["value"]
+    assert thr["1gbit-2x2", "gpt_wide", "fusion", "measured"] == pytest.approx(row.batch_size * 4 / row.measured_s)
     fig = fm.efficiency_figure(eff, "speedup", "bsp")
     assert [tr.name for tr in fig.data] == ["predicted", "measured"] and fig.layout.barmode == "group"
     assert sum(len(tr.y) for tr in fig.data) == len(eff)
@@ -126,9 +129,13 @@ def test_parameter_table_carries_the_fitted_cis() -> None:
     for link, env in envs.items():
         for name, p in env["metadata"]["parameters"].items():
             row = table[(table["link"] == link) & (table["parameter"] == name)].iloc[0]
-            assert row["value"] == p["value"] and [row["ci95_low"], row["ci95_high"]] == p["ci95"]
+            assert row["value"] == p["value"] and row["status"] == p["status"]
+            if p["ci95"] is None:  # intra_alpha / intra_beta of the two-level cluster: not identifiable, no CI
+                assert p["status"] == "not identifiable" and row[["ci95_low", "ci95_high"]].isna().all()
+            else:
+                assert [row["ci95_low"], row["ci95_high"]] == p["ci95"]
     quality = dm.fit_quality(envs).set_index("link")
-    assert quality.loc["1gbit", "rms_rel_error"] == envs["1gbit"]["metadata"]["rms_rel_error"]
+    assert quality.loc["1gbit-2x2", "rms_rel_error"] == envs["1gbit-2x2"]["metadata"]["rms_rel_error"]
     fig = fm.parameter_figure(table)
     assert _points(fig) == 2 * len(envs)  # alpha and bandwidth per link
     plain = dm.parameter_table({"preset": cm.environment("10GbE").to_dict()})
@@ -137,15 +144,16 @@ def test_parameter_table_carries_the_fitted_cis() -> None:
 
 def test_environments_from_environment_records() -> None:
     envs = dm.environments_from_records(results.load(RECORDS_1G).records)
-    assert list(envs) == ["fitted:1gbit"]
-    env = cm.Environment.from_json(dm.environment_json(envs["fitted:1gbit"]))
+    assert list(envs) == ["fitted:1gbit-2x2"]
+    env = cm.Environment.from_json(dm.environment_json(envs["fitted:1gbit-2x2"]))
+    assert env.metadata["two_level"] and env.gpus_per_node == 2  # 2 nodes x 2 ranks
     assert env.metadata["parameters"]["alpha"]["ci95"][0] > 0
 
 
 def test_fit_tables_residuals_and_figures(fitted) -> None:
     tables = dm.fit_tables(fitted)
     res = tables.residuals
-    assert len(res) == fitted.records == 30
+    assert len(res) == fitted.records == 33  # 3 primitives x 11 sizes (16 B to 16 MiB, x4 apart)
     assert np.allclose(res["rel_error"], (res["predicted_s"] - res["measured_s"]) / res["measured_s"])
     assert tables.quality["rms_rel_error"] == pytest.approx(float(np.sqrt(np.mean(res["rel_error"] ** 2))))
     params = tables.parameters.set_index("parameter")
@@ -168,14 +176,15 @@ def test_fit_tables_residuals_and_figures(fitted) -> None:
 
 
 def test_collective_summary() -> None:
-    s = dm.collective_summary(reference.records("1gbit"))
-    assert set(s["primitive"]) == {"allreduce", "allgather", "reduce_scatter"} and (s["records"] == 10).all()
+    s = dm.collective_summary(reference.records("1gbit-2x2"))
+    assert set(s["primitive"]) == {"allreduce", "allgather", "reduce_scatter"} and (s["records"] == 11).all()
+    assert set(s["largest"]) == {"16MiB"}  # 11 sizes, 16 B to 16 MiB, x4 apart
 
 
 # ====================================================================================== uploads
 def test_upload_of_a_good_file() -> None:
     up = uploads.parse_uploads([("validation.jsonl", VALIDATION.read_bytes())])
-    assert not up.refused and not up.bad and len(up.of_kind("validation")) == 24
+    assert not up.refused and not up.bad and len(up.of_kind("validation")) == 48  # 3 envs x 2 models x 8 techniques
     assert up.records == results.load(VALIDATION).records
     assert up.digest and up.digest != uploads.parse_uploads([("other.jsonl", VALIDATION.read_bytes())]).digest
 
@@ -255,7 +264,9 @@ def environments() -> AppTest:
 
 
 def test_measured_page_renders(measured: AppTest) -> None:
-    assert len(measured.get("plotly_chart")) == 3  # scatter, efficiency, fitted parameters
+    # scatter, contributions (the records name the term behind each error), efficiency, fitted parameters
+    assert [c.key for c in measured.get("plotly_chart")] == ["meas_scatter", "meas_contrib", "meas_eff",
+                                                            "meas_param_chart"]
     assert not measured.error and not measured.warning
     assert len(measured.dataframe) >= 4  # errors by technique and environment, parameters, fit quality
     titles = [s.value for s in measured.subheader]
@@ -268,7 +279,7 @@ def test_measured_page_renders(measured: AppTest) -> None:
     lambda at: at.radio(key="meas_axes").set_value("linear"),
     lambda at: at.slider(key="meas_band").set_value(25),
     lambda at: at.radio(key="meas_layout").set_value("panels"),
-    lambda at: at.multiselect(key="meas_envs").set_value(["1gbit"]),
+    lambda at: at.multiselect(key="meas_envs").set_value(["1gbit-2x2"]),
     lambda at: at.multiselect(key="meas_techniques").set_value(["bsp", "fusion", "dear"]),
     lambda at: at.selectbox(key="meas_eff_metric").set_value("throughput"),
     lambda at: at.selectbox(key="meas_baseline").set_value("wfbp"),
@@ -301,7 +312,8 @@ def test_measured_page_with_an_upload(measured: AppTest) -> None:
     assert any("mine.jsonl:9" in w.value for w in measured.warning)
     assert any("model.pkl" in e.value for e in measured.error)
     spec = _specs(measured)[0]
-    assert len(_specs(measured)) == 2 and spec["data"]  # no environment records: no parameter chart
+    # scatter, contributions and efficiency; no environment records: no parameter chart
+    assert len(_specs(measured)) == 3 and spec["data"]
     assert any("No fitted environments" in i.value for i in measured.info)
 
 
@@ -313,7 +325,7 @@ def test_environments_page_renders(environments: AppTest) -> None:
 
 
 @pytest.mark.parametrize("change", [
-    lambda at: at.selectbox(key="envs_link").set_value("100mbit"),
+    lambda at: at.selectbox(key="envs_link").set_value("2500mbit"),  # not the default (the first, 200mbit)
     lambda at: at.multiselect(key="envs_primitives").set_value(["allreduce", "allgather"]),
     lambda at: at.selectbox(key="envs_algo_reduce_scatter").set_value("allreduce_reduce_scatter"),
     lambda at: at.radio(key="envs_statistic").set_value("median"),
@@ -359,7 +371,7 @@ def test_environments_page_with_an_upload(environments: AppTest) -> None:
 
 
 def test_environments_fit_failure_is_an_error_not_an_exception(environments: AppTest) -> None:
-    environments.select_slider(key="envs_min_bytes").set_value(4 * 2**20).run()  # one size left: not separable
+    environments.select_slider(key="envs_min_bytes").set_value(16 * 2**20).run()  # one size left: not separable
     assert not environments.exception
     assert any("Cannot fit" in e.value for e in environments.error)
 
@@ -384,7 +396,7 @@ def test_oversize_upload_is_refused_on_the_page(environments: AppTest) -> None:
 def test_environments_page_two_regime_fit() -> None:
     at = AppTest.from_file(MAIN, default_timeout=60).run()
     at.switch_page("views/environments.py").run()
-    at.selectbox(key="envs_link").set_value("100mbit").run()
+    at.selectbox(key="envs_link").set_value("200mbit").run()
     before = json.loads(at.get("plotly_chart")[0].proto.spec)
     at.radio(key="envs_method").set_value("two").run()
     assert not at.exception, at.exception
