@@ -16,7 +16,7 @@ from runners.calibrate import calibrate
 from runners.calibrate.solve import predict_cells, with_terms
 from runners.cli import main
 
-SHIPPED = Path(__file__).resolve().parents[1] / "runners" / "reference" / "validation" / "1gbit"
+SHIPPED = Path(__file__).resolve().parents[1] / "runners" / "reference" / "validation" / "2500mbit"
 TRUTH = {"kappa_c": 0.3, "kappa_m": 0.2, "host_overhead": 5e-4}
 TECHNIQUES = (("bsp", {}), ("wfbp", {}), ("fusion", {"bucket_cap_mb": 1.0}), ("dear", {"buffer_bytes": 2**20}),
               ("bytescheduler", {"partition_bytes": 2**18, "credit_bytes": 2**20}))
