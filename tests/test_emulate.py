@@ -372,6 +372,18 @@ def test_a_short_link_is_warned_about_and_recorded(capsys: pytest.CaptureFixture
     assert spec["achieved_rate_fraction"] == 0.7 and spec["rate_check"]["short"] is True
 
 
+def test_drops_and_retransmissions_are_reported_after_the_run(capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch, netadmin: Path) -> None:
+    counts = {"tbf_drops": 3, "tcp_out_segments": 1000, "tcp_retransmitted_segments": 50}
+    monkeypatch.setattr(em.EmulatedCluster, "link_counters", lambda self: counts)
+    code, _, err = cli(capsys, "emulate", "--nodes", "2", "--rate", "1gbit", "--", "true")
+    assert code == 0
+    assert "the emulated links dropped 3 packets and the nodes retransmitted 50 of 1000 TCP segments (5.00%)" in err
+    counts.update(tbf_drops=0, tcp_retransmitted_segments=1)
+    code, _, err = cli(capsys, "emulate", "--nodes", "2", "--rate", "1gbit", "--", "true")
+    assert code == 0 and "retransmitted" not in err
+
+
 def test_one_node_has_no_link_to_check(netadmin: Path) -> None:
     with em.emulated_cluster(1, 2, "1gbit", measure_ceiling=False) as c:
         assert c.spec["achieved_rate_fraction"] is None and "one node" in c.spec["rate_check"]["skipped"]
@@ -486,6 +498,8 @@ def test_throughput_through_a_200mbit_link(netadmin: Path) -> None:
     with em.emulated_cluster(2, 1, "200mbit") as c:
         got = em.tcp_throughput(c, 1, 0, nbytes=nbytes + 2**20, skip=2**20)
         burst = c.spec["qdisc"]["tbf"]["burst_bytes"]
+        counts = c.link_counters()
+    assert counts["tcp_out_segments"] >= (nbytes + 2**20) / 1448 and counts["tbf_drops"] >= 0
     expected = 200e6 * 1448 / 1514
     ratio = got["payload_bps"] / expected
     assert got["bytes"] >= nbytes - 2**20

@@ -37,6 +37,7 @@ from .shaping import (
 from .system import require_root, require_tools
 
 MAX_NODES = 254
+RETRANSMIT_WARN_FRACTION = 0.001  # after a run, more retransmitted TCP segments than this are warned about
 MIN_MTU, MAX_MTU = 576, 65535
 
 
@@ -165,4 +166,20 @@ def emulated_cluster(nodes: int, ranks_per_node: int, rate: str | int | float, d
     try:
         yield cluster
     finally:
-        cluster.close()
+        try:
+            _report_counters(cluster, options.get("warn", _stderr_warning))
+        finally:
+            cluster.close()
+
+
+def _report_counters(cluster: EmulatedCluster, warn: Callable[[str], None] | None) -> None:
+    """After a run, say when the links dropped packets or TCP retransmitted more than 0.1 % of its segments: the
+    rate the run saw was then not the link's alone."""
+    if warn is None or cluster.nodes < 2 or cluster._closed:
+        return
+    counts = cluster.link_counters()
+    out, again = counts["tcp_out_segments"], counts["tcp_retransmitted_segments"]
+    if counts["tbf_drops"] or again > RETRANSMIT_WARN_FRACTION * max(out, 1):
+        warn(f"during this run the emulated links dropped {counts['tbf_drops']} packets and the nodes retransmitted "
+             f"{again} of {out} TCP segments ({again / max(out, 1):.2%}); 1-minute load average now "
+             f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")

@@ -156,6 +156,25 @@ class EmulatedCluster:
             done.check_returncode()
         return done
 
+    def link_counters(self) -> dict[str, int]:
+        """Since the cluster was built: packets the tbfs of both ends of every link dropped, and TCP segments
+        the nodes sent and retransmitted (``/proc/net/snmp`` of each node)."""
+        counts = {"tbf_drops": 0, "tcp_out_segments": 0, "tcp_retransmitted_segments": 0}
+        for ns in [*self.namespaces, self.bridge_namespace]:
+            shown = _run([self._tools["tc"], "-n", ns, "-s", "-j", "qdisc", "show"], "tc -s qdisc", check=False)
+            with contextlib.suppress(ValueError):
+                counts["tbf_drops"] += sum(int(q.get("drops", 0)) for q in json.loads(shown.stdout or "[]")
+                                           if q.get("kind") == "tbf")
+        for ns in self.namespaces:
+            snmp = _run([self._tools["ip"], "netns", "exec", ns, "cat", "/proc/net/snmp"], "reading TCP counters",
+                        check=False).stdout.splitlines()
+            tcp = [line.split()[1:] for line in snmp if line.startswith("Tcp:")]
+            if len(tcp) == 2:
+                row = dict(zip(tcp[0], tcp[1], strict=True))
+                counts["tcp_out_segments"] += int(row.get("OutSegs", 0))
+                counts["tcp_retransmitted_segments"] += int(row.get("RetransSegs", 0))
+        return counts
+
     # -------------------------------------------------------------------------------- teardown
     def close(self) -> None:
         """Stop every process started here (their process groups and anything left in the namespaces),
