@@ -9,8 +9,10 @@ The ceiling says what the host could do once; :func:`check_rate` says what the s
 Every cluster of two or more nodes times, at start-up, both directions of the link between nodes 0 and
 1 at once for :data:`RATE_PROBE_S` (after its buckets have emptied): ``achieved_rate_fraction`` in the
 spec is the slower direction's payload rate over the one the rate carries (``rate / wire_overhead``).
-Below :data:`RATE_CHECK_FRACTION` (or above :data:`RATE_CHECK_MAX_FRACTION`) the run warns, and runs:
-the records carry the fraction, so a measurement on a busy host is never passed off as the link's.
+A short attempt is tried once more (a busy moment of a shared host is not the link; every attempt is
+recorded). Below :data:`RATE_CHECK_FRACTION` (or above :data:`RATE_CHECK_MAX_FRACTION`) the run warns,
+and runs: the records carry the fraction, so a measurement on a busy host is never passed off as the
+link's.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ CEILING_PROBE_S = 0.6
 RATE_PROBE_S = 0.5  # the start-up rate check: each direction timed this long
 RATE_CHECK_FRACTION = 0.95  # below this fraction of the configured rate a link falls short ...
 RATE_CHECK_MAX_FRACTION = 1.05  # ... and above this one its shaping does not hold
+RATE_CHECK_ATTEMPTS = 2  # a short attempt is tried once more (a busy moment of the host is not the link)
 CACHE_SCHEMA = "commscope.host_ceiling/1"
 
 
@@ -131,27 +134,37 @@ def tcp_throughput(cluster: EmulatedCluster, sender: int = 1, receiver: int = 0,
                      timeout=timeout)[0]
 
 
-def check_rate(cluster: EmulatedCluster, seconds: float = RATE_PROBE_S, port: int = 5301) -> dict[str, Any]:
+def check_rate(cluster: EmulatedCluster, seconds: float = RATE_PROBE_S, port: int = 5301,
+               attempts: int = RATE_CHECK_ATTEMPTS) -> dict[str, Any]:
     """The rate one shaped link achieves, measured at start-up: node 1 -> node 0 and node 0 -> node 1 at once
     (both directions of one link, as a collective uses it), each flow timed for ``seconds`` after the first
     two buckets and 20 ms of the rate (plus ten round trips of ``delay``: slow start). ``achieved_rate_fraction``:
     the slower flow's payload rate over the payload rate the configured rate carries (rate / wire_overhead);
-    below :data:`RATE_CHECK_FRACTION` the link falls short."""
+    below :data:`RATE_CHECK_FRACTION` the link falls short. A short (or too fast) attempt is tried again, up to
+    ``attempts`` in all, so that a busy moment of the host is not taken for the link: the best attempt is the
+    result, and ``attempts`` keeps every one."""
     spec = cluster.spec
     rate_bps, mtu = spec["rate_bps"], spec["mtu"]
     expected = rate_bps / wire_overhead(mtu)
     lead_s = 0.02 + 20 * (spec.get("delay_s") or 0.0)
     skip = 2 * spec["qdisc"]["tbf"]["burst_bytes"] + round(expected / 8 * lead_s)
     lead_s = skip * 8 / expected
-    got = tcp_flows(cluster, [(1, 0), (0, 1)], seconds=lead_s + seconds, skip=skip, port=port,
-                    timeout=60 + 10 * (lead_s + seconds))
-    fractions = [g["payload_bps"] / expected if g["payload_bps"] else 0.0 for g in got]
-    achieved = min(fractions)
-    return {"achieved_rate_fraction": achieved, "fractions": fractions,
-            "payload_bps": [g["payload_bps"] for g in got], "expected_payload_bps": expected,
+    tries: list[dict[str, Any]] = []
+    for k in range(max(1, attempts)):
+        got = tcp_flows(cluster, [(1, 0), (0, 1)], seconds=lead_s + seconds, skip=skip, port=port + 10 * k,
+                        timeout=60 + 10 * (lead_s + seconds))
+        fractions = [g["payload_bps"] / expected if g["payload_bps"] else 0.0 for g in got]
+        tries.append({"achieved_rate_fraction": min(fractions), "fractions": fractions,
+                      "payload_bps": [g["payload_bps"] for g in got]})
+        if RATE_CHECK_FRACTION <= min(fractions) <= RATE_CHECK_MAX_FRACTION:
+            break
+    best = max(tries, key=lambda t: t["achieved_rate_fraction"] if t["achieved_rate_fraction"] <=
+               RATE_CHECK_MAX_FRACTION else -t["achieved_rate_fraction"])
+    achieved = best["achieved_rate_fraction"]
+    return {**best, "expected_payload_bps": expected, "attempts": tries,
             "probe": f"TCP node 1 -> node 0 and node 0 -> node 1 at once, timed {seconds:g} s at each receiver "
-                     f"after its first {skip} bytes", "threshold": RATE_CHECK_FRACTION,
-            "short": achieved < RATE_CHECK_FRACTION}
+                     f"after its first {skip} bytes; best of up to {attempts} attempts",
+            "threshold": RATE_CHECK_FRACTION, "short": achieved < RATE_CHECK_FRACTION}
 
 
 def cache_dir() -> Path:
