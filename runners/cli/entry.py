@@ -10,7 +10,20 @@ import typer
 
 import costmodels as cm
 
-from . import app_command, bench, calibrate, catalog, emulate, fit, imports, predict, profile, train, validate
+from . import (
+    app_command,
+    bench,
+    calibrate,
+    catalog,
+    constants,
+    emulate,
+    fit,
+    imports,
+    predict,
+    profile,
+    train,
+    validate,
+)
 
 app = typer.Typer(
     name="commscope",
@@ -22,7 +35,8 @@ app = typer.Typer(
 )
 
 # the order of `commscope --help`
-for _module in (predict, catalog, app_command, fit, calibrate, emulate, bench, imports, profile, train, validate):
+for _module in (predict, catalog, app_command, fit, calibrate, emulate, bench, imports, profile, train, constants,
+                validate):
     _module.register(app)
 
 
