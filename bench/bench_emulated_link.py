@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 COMMSCOPE = [sys.executable, "-m", "runners.cli"]
+from runners.measure.host_load import cpu_seconds, cpu_share  # noqa: E402
 
 
 def wait_for_load(max_load: float, wait_s: float, poll_s: float = 30.0) -> dict[str, Any]:
@@ -51,25 +51,6 @@ def wait_for_load(max_load: float, wait_s: float, poll_s: float = 30.0) -> dict[
             "reached": seen[-1] < max_load}
 
 
-def _cpu_seconds() -> dict[str, float]:
-    """CPU seconds of the whole host (busy, and softirq of it, from /proc/stat) and of this process's children."""
-    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
-    tick = os.sysconf("SC_CLK_TCK")
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"busy": (user + nice + system + irq + softirq + steal) / tick, "softirq": (irq + softirq) / tick,
-            "ours": children.ru_utime + children.ru_stime, "wall": time.monotonic()}
-
-
-def cpu_share(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """Where the host's CPUs went during one run: this run's processes, interrupts and softirq (mostly the
-    emulated links), and everything else (other work on the machine), as fractions of all CPUs' time."""
-    wall = (after["wall"] - before["wall"]) * (os.cpu_count() or 1)
-    d = {k: after[k] - before[k] for k in ("busy", "softirq", "ours")}
-    return {"this_run": d["ours"] / wall, "softirq": d["softirq"] / wall,
-            "other_work": max(0.0, d["busy"] - d["softirq"] - d["ours"]) / wall, "cpus": os.cpu_count() or 1}
-
-
 def one_run(rate: str, nodes: int, records_to: Path | None) -> dict[str, Any]:
     from runners import results as rs
     from runners.measure import fit as fitting
@@ -78,10 +59,10 @@ def one_run(rate: str, nodes: int, records_to: Path | None) -> dict[str, Any]:
         out = Path(tmp) / "run.jsonl"
         command = [*COMMSCOPE, "emulate", "--nodes", str(nodes), "--rate", rate, "--", *COMMSCOPE, "bench",
                    "collectives", "--op", "allreduce", "--min-size", "1MiB", "--max-size", "64MiB", "--out", str(out)]
-        load_before, cpu_before = os.getloadavg(), _cpu_seconds()
+        load_before, cpu_before = os.getloadavg(), cpu_seconds()
         done = subprocess.run(command, capture_output=True, text=True, cwd=tmp,
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
-        load_after, cpu = os.getloadavg(), cpu_share(cpu_before, _cpu_seconds())
+        load_after, cpu = os.getloadavg(), cpu_share(cpu_before, cpu_seconds())
         if done.returncode != 0:
             sys.exit(f"the emulated sweep failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
         records = rs.load(out).records

@@ -381,3 +381,16 @@ def test_techniques_name_their_compressor_bound_and_schedule() -> None:
 def test_options_are_checked_with_clear_errors(name: str, options: dict, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         technique(name).build(_mlp(), LR, **options)
+
+
+def test_randomk_indices_depend_on_the_seed_and_the_step() -> None:
+    """torch's CPU generator keeps a seed's low 32 bits: ``(seed << 32) + step`` gave every seed the same indices."""
+    from runners.training.compressed.error_feedback import RandomK
+
+    def indices(seed: int, step: int) -> list[int]:
+        rk = RandomK.__new__(RandomK)  # the index draw alone (no process group needed)
+        rk.seed, rk.iteration, rk.device, rk.sizes, rk.ks = seed, step, torch.device("cpu"), [10_000], [20]
+        return rk.shared_indices()[0].tolist()
+
+    assert indices(1, 0) == indices(1, 0)  # every rank draws the same coordinates
+    assert indices(1, 0) != indices(2, 0) and indices(1, 0) != indices(1, 1)

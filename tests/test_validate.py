@@ -180,6 +180,10 @@ def test_validate_end_to_end_on_the_host(tmp_path) -> None:
     assert (tmp_path / "host" / "environment.json").exists() and (tmp_path / "host" / "profile.json").exists()
     prof = cm.load_profile(tmp_path / "host" / "profile.json")
     assert "synchronised_forward_s" in prof.metadata and prof.metadata["concurrent_ranks"] == 2
+    # the SGD update, timed with the ranks in step, is the profile's optimizer step (U), spread by parameters
+    assert prof.optimizer_s == pytest.approx(prof.metadata["synchronised_optimizer_s"]) and prof.optimizer_s > 0
+    big = max(prof.layers, key=lambda x: x.params)
+    assert big.optimizer_s == pytest.approx(prof.optimizer_s * big.params / prof.params)
     kinds = [r["kind"] for r in results.load(tmp_path / "host" / "records.jsonl").records]
     assert kinds.count("iteration") == 12 and "environment" in kinds and kinds.count("profile") == 2
 

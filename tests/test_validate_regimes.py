@@ -46,7 +46,8 @@ def test_plan_has_every_workload_with_its_own_profile(tmp_path):
     assert paths[0].endswith("profile.json") and paths[1].endswith("profile-gpt_wide.json")
     for w in plan["workloads"]:  # MG-WFBP merges on its own workload's profile
         assert dict(w["techniques"])["mgwfbp"]["profile"] == w["profile_path"]
-    assert dict(plan["workloads"][0]["techniques"])["bsp"] == {"flatten": True}
+    bsp = [opts for name, opts in plan["workloads"][0]["techniques"] if name == "bsp"]
+    assert bsp == [{"flatten": True}, {}]  # one message (the regime), and per tensor (o apart from kappa_m)
 
 
 def _iteration(algorithm: str, time_s: float, model: str = "toy", exposed: float | None = None, **options) -> dict:
@@ -74,6 +75,26 @@ def test_repetitions_are_one_cell_with_their_spread_and_the_regime():
         "kappa_c", "kappa_m", "host_overhead"}
     assert regime_name(0.65) == "communication-bound" and regime_name(0.3) == "mixed"
     assert regime_name(0.1) == "compute-bound" and regime_name(0.22) == "between"
+
+
+def test_the_regime_is_the_critical_path_share_of_the_flattened_bsp():
+    """The share is the last-arriving rank's exposed communication (the minimum over ranks) over the iteration,
+    from the flattened bsp when there is one; ranks that computed faster and waited do not count."""
+    from runners.validate.prediction import comm_shares
+
+    def rec(t: float, most: float, least: float | None, **options) -> dict:
+        r = _iteration("bsp", t, exposed=most, **options)
+        if least is not None:
+            r["result"]["exposed_comm_min_s"] = least
+        return r
+
+    flat = [rec(0.400, 0.150, 0.040, flatten=True), rec(0.420, 0.160, 0.042, flatten=True)]
+    per_tensor = [rec(0.500, 0.250, 0.200)]
+    assert comm_shares(flat + per_tensor)["toy"] == pytest.approx(0.10)  # 40/400 and 42/420, not 150/400
+    assert comm_shares(per_tensor)["toy"] == pytest.approx(0.40)  # no flattened bsp: any bsp
+    assert comm_shares([rec(0.400, 0.150, None, flatten=True)])["toy"] == pytest.approx(0.375)  # older records
+    rows = v.table_rows(v.compare(flat + per_tensor, {"toy": PROF}, ENV, "host"))
+    assert sorted(r["technique"] for r in rows) == ["bsp", "bsp (flatten)"]
 
 
 def test_winner_counts_a_pick_within_the_measured_spread_as_right():

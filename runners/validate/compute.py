@@ -53,15 +53,17 @@ def mean_profile(profiles: Sequence[Any], ranks: int, threads: int) -> Any:
 
 
 def synchronised_compute(ctx: Any, model_name: str, batch_size: int, iterations: int, warmup: int, seed: int = 0,
-                         **model_options: Any) -> tuple[float, float]:
-    """Median over iterations of the slowest rank's forward and backward seconds, all ranks in step.
+                         lr: float = 0.05, **model_options: Any) -> tuple[float, float, float]:
+    """Median over iterations of the slowest rank's forward, backward and optimizer-step seconds, all ranks in step.
 
     Every iteration starts on all ranks together (a barrier, outside the timed region), runs forward +
-    loss and backward with no communication, and the per-iteration times are reduced as the max over
-    ranks after the loop. This is the compute a synchronous iteration waits for: on shared cores the
-    slowest of the ranks, not the average one.
+    loss, backward and the SGD update the techniques run (:func:`runners.training.exact_common.sgd_`) with
+    no communication, and the per-iteration times are reduced as the max over ranks after the loop. This
+    is the compute a synchronous iteration waits for: on shared cores the slowest of the ranks, not the
+    average one. The update is the profile's optimizer step (issue 16: U, placed by each schedule).
     """
     from runners.training import zoo
+    from runners.training.exact_common import sgd_
 
     torch = ctx.torch
     entry = zoo.model(model_name)
@@ -69,6 +71,8 @@ def synchronised_compute(ctx: Any, model_name: str, batch_size: int, iterations:
     gen = torch.Generator().manual_seed(seed * 1_000_003 + 2000 + ctx.rank)
     x, y = entry.example_batch(batch_size, gen, **model_options)
     x, y = x.to(ctx.device), y.to(ctx.device)
+    params = [q for q in model.parameters() if q.requires_grad]
+
     def now() -> float:  # a device-synchronised clock (CUDA kernels run asynchronously)
         if ctx.device.type == "cuda":
             torch.cuda.synchronize(ctx.device)
@@ -82,17 +86,20 @@ def synchronised_compute(ctx: Any, model_name: str, batch_size: int, iterations:
         t1 = now()
         loss.backward()
         t2 = now()
+        sgd_(params, lr)
+        t3 = now()
         model.zero_grad(set_to_none=True)
         if k >= warmup:
-            times.append([t1 - t0, t2 - t1])
+            times.append([t1 - t0, t2 - t1, t3 - t2])
     t = torch.tensor(times, dtype=torch.float64)
     ctx.dist.all_reduce(t, op=ctx.dist.ReduceOp.MAX)
     med = t.median(dim=0).values
-    return float(med[0]), float(med[1])
+    return float(med[0]), float(med[1]), float(med[2])
 
 
-def scaled_profile(prof: Any, forward_s: float, backward_s: float, how: str) -> Any:
-    """``prof`` with its forward and backward columns scaled to sum to ``forward_s`` and ``backward_s``."""
+def scaled_profile(prof: Any, forward_s: float, backward_s: float, how: str, optimizer_s: float | None = None) -> Any:
+    """``prof`` with its forward and backward columns scaled to sum to ``forward_s`` and ``backward_s``, and
+    an optimizer step of ``optimizer_s`` seconds spread over the layers by parameters (none when None)."""
     import costmodels as cm
 
     kf = forward_s / prof.forward_s if prof.forward_s > 0 else 1.0
@@ -101,5 +108,8 @@ def scaled_profile(prof: Any, forward_s: float, backward_s: float, how: str) -> 
                    for x in prof.layers)
     meta = {**dict(prof.metadata), "synchronised_forward_s": forward_s, "synchronised_backward_s": backward_s,
             "mean_rank_forward_s": prof.forward_s, "mean_rank_backward_s": prof.backward_s, "how": how}
-    return cm.ModelProfile(prof.name, layers, prof.device, prof.dtype, prof.batch_size, prof.origin,
-                           f"{prof.source}; {how}", meta)
+    if optimizer_s is not None:
+        meta["synchronised_optimizer_s"] = optimizer_s
+    out = cm.ModelProfile(prof.name, layers, prof.device, prof.dtype, prof.batch_size, prof.origin,
+                          f"{prof.source}; {how}", meta)
+    return out.with_optimizer(optimizer_s) if optimizer_s is not None else out

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from runners import results
+from runners.measure import host_load
 
 from .prediction import compare
 from .report import write_tables
@@ -107,7 +108,9 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
              "environment's other techniques (commscope calibrate); (c) with the shipped default interference and "
              "overhead terms",
              "compute: profiled inside the distributed run, on all ranks at once with the same threads per rank "
-             "(each rank's per-layer medians scaled to its unhooked forward and backward, then the mean over ranks)",
+             "(each rank's per-layer medians scaled to its unhooked forward and backward, then the mean over ranks, "
+             "then to the slowest rank's forward and backward with all ranks in step); the optimizer step is the "
+             "SGD update timed the same way",
              "environment: fitted to the mean per-iteration times of this run's own sweep of "
              + ", ".join(s.sweep_ops) + " in two regimes (Hockney): alpha from the sizes below 64 KiB, beta and "
              "gamma from those from 256 KiB"]
@@ -128,7 +131,14 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
             if progress is not None:
                 progress.update(task, completed=k - 1, description=f"{label}: {what}")
 
+        before = host_load.cpu_seconds()
         code, failed, tail = run_job(cmd, envdir / "log.txt", on_stage, threads)
+        load = host_load.cpu_share(before, host_load.cpu_seconds())
+        (envdir / "host_load.json").write_text(json.dumps({**load, "disturbed": host_load.disturbed(load)}, indent=1))
+        notes.append(f"host, {label}: other work took {load['other_work']:.1%} of the CPUs while it ran "
+                     f"(this run {load['this_run']:.0%}, interrupts and softirq {load['softirq']:.0%})"
+                     + (f"; DISTURBED (over {host_load.DISTURBED:.0%}): its compute and communication were "
+                        "measured beside other work" if host_load.disturbed(load) else ""))
         if progress is not None:
             progress.update(task, completed=stages, description=f"{label}: done")
         for f in failed:
@@ -145,6 +155,8 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
             continue
         loaded = results.load(envdir / "records.jsonl")
         recs = compare(loaded.records, profs, env, label)
+        for r in recs:
+            r["config"]["host_other_work_share"] = round(load["other_work"], 4)
         if recs:
             results.append(outdir / "validation.jsonl", recs)
         all_records += recs

@@ -21,14 +21,23 @@ def _key(rec: Mapping[str, Any]) -> tuple[str, str, str, int]:
 
 
 def comm_shares(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """Per model: the measured share of communication in the bsp iteration (exposed communication / iteration,
-    medians; the median over repetitions), the regime a cell lives in."""
+    """Per model: the measured share of communication in the bsp iteration (medians; the median over
+    repetitions), the regime a cell lives in.
+
+    The bsp that sends every gradient as one message after backward (``flatten``) when the run has it, else
+    any bsp. Its communication is the *critical path's*: ``exposed_comm_min_s``, the exposed communication of
+    the rank that arrived last (the minimum over ranks), where the record has it; the maximum over ranks
+    (``exposed_comm_s``) also counts the waiting of ranks that computed faster, which on cores shared by
+    several ranks is most of it. Records without the minimum fall back to the maximum.
+    """
+    bsp = [r for r in records if r.get("kind") == "iteration" and r["config"]["algorithm"] == "bsp"]
+    flat = [r for r in bsp if (r["config"].get("options") or {}).get("flatten")]
     by: dict[str, list[float]] = {}
-    for rec in records:
-        if rec.get("kind") == "iteration" and rec["config"]["algorithm"] == "bsp":
-            r = rec["result"]
-            if r.get("exposed_comm_s") is not None and r.get("time_s"):
-                by.setdefault(str(rec["config"]["model"]), []).append(float(r["exposed_comm_s"]) / float(r["time_s"]))
+    for rec in flat or bsp:
+        r = rec["result"]
+        comm = r.get("exposed_comm_min_s", r.get("exposed_comm_s"))
+        if comm is not None and r.get("time_s"):
+            by.setdefault(str(rec["config"]["model"]), []).append(float(comm) / float(r["time_s"]))
     return {m: float(np.median(v)) for m, v in by.items()}
 
 

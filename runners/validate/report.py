@@ -23,6 +23,14 @@ LABELS = {"sweep": "(a) sweep only", "calibrated": "(b) calibrated, technique le
 #: Techniques left out of the winner figure: they change the algorithm (fewer synchronisations), not only
 #: the schedule, so their iteration time does not compete with the synchronous techniques' for the same progress.
 NOT_IN_CONTEST = frozenset({"local_sgd"})
+#: Options that make a different schedule of the same technique: shown beside its name (``bsp (flatten)``).
+VARIANT_OPTIONS = ("flatten",)
+
+
+def technique_label(name: str, options: Mapping[str, Any] | None) -> str:
+    """A technique's name in the tables, with the variant options that change its schedule."""
+    variants = [k for k in VARIANT_OPTIONS if (options or {}).get(k)]
+    return f"{name} ({', '.join(variants)})" if variants else name
 
 
 def _num(x: Any) -> float:
@@ -35,7 +43,8 @@ def table_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for r in records:
         c, s = r["config"], r["result"]
-        row: dict[str, Any] = {"technique": c["technique"], "environment": c["environment"], "p": c["world_size"],
+        row: dict[str, Any] = {"technique": technique_label(c["technique"], c.get("options")),
+                               "environment": c["environment"], "p": c["world_size"],
                                "model": c["model"], "comm_share_bsp": _num(s.get("comm_share_bsp")),
                                "repeats": int(c.get("repeats", 1)), "measured_ms": s["measured_s"] * 1e3,
                                "spread": _num(s.get("spread"))}
@@ -43,6 +52,7 @@ def table_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             name = "predicted_ms" if key == "sweep" else f"predicted_{key}_ms"
             row[name] = _num(s.get(f"predicted{suffix}_s")) * 1e3
             row[f"error{suffix}"] = _num(s.get(f"error{suffix}"))
+        row["technique_name"] = c["technique"]
         rows.append(row)
     return rows
 
@@ -73,7 +83,7 @@ def winners(rows: Sequence[Mapping[str, Any]], prediction: str = "sweep") -> dic
     for env in dict.fromkeys(r["environment"] for r in rows):
         for model in dict.fromkeys(r["model"] for r in rows if r["environment"] == env):
             rs = [r for r in rows if r["environment"] == env and r["model"] == model
-                  and r["technique"] not in NOT_IN_CONTEST and math.isfinite(r[column])]
+                  and r.get("technique_name", r["technique"]) not in NOT_IN_CONTEST and math.isfinite(r[column])]
             if len(rs) < 2:
                 continue
             best = min(rs, key=lambda r: r["measured_ms"])

@@ -161,7 +161,8 @@ class RandomK(_ErrorFeedback):
         import torch
 
         g = torch.Generator(device=self.device)
-        g.manual_seed((self.seed << 32) + self.iteration)
+        # torch's CPU generator keeps the low 32 bits of a seed ((seed << 32) + step lost the seed): mix both there
+        g.manual_seed((self.seed * 2654435761 + self.iteration) % 2**32)
         return [torch.randperm(d, generator=g, device=self.device)[:k]
                 for d, k in zip(self.sizes, self.ks, strict=True)]
 

@@ -10,7 +10,9 @@ iteration and per part, the maximum over ranks (nothing is communicated inside t
 
 Rank 0 appends one ``iteration`` record: ``time_s`` is the median of the per-iteration maximum
 totals, with p10/p90/min, the median of every part (``forward_s``, ``backward_s``,
-``exposed_comm_s``, ``compression_s``, ``update_s``), ``throughput_samples_per_s`` (world size x
+``exposed_comm_s``, ``compression_s``, ``update_s``), ``exposed_comm_min_s`` (the median of the per-iteration
+*minimum* over ranks: the rank that arrives last waits for no one, so this is communication on the critical
+path, without the waiting of ranks that computed faster), ``throughput_samples_per_s`` (world size x
 batch / time_s), every iteration's time (``times``), and ``wall_s``: the wall-clock time of the
 whole timed loop (started on all ranks by a barrier, max over ranks), with ``mean_time_s`` = wall_s
 / iterations, the unbiased mean for techniques whose ranks run apart between synchronisations
@@ -244,7 +246,9 @@ def train(ctx: Context, opts: Options, stdout: Any = None) -> list[dict[str, Any
         checkpoint(step, sum(window) / len(window))
     ctx.dist.all_reduce(wall, op=ctx.dist.ReduceOp.MAX)
     t = torch.tensor(local, dtype=torch.float64, device=ctx.device)
+    least = t[:, PARTS.index("exposed_comm")].clone()
     ctx.dist.all_reduce(t, op=ctx.dist.ReduceOp.MAX)
+    ctx.dist.all_reduce(least, op=ctx.dist.ReduceOp.MIN)
     per_iter = t.cpu().tolist()
     times = [row[0] for row in per_iter]
     time_s = _quantile(times, 0.5)
@@ -254,6 +258,8 @@ def train(ctx: Context, opts: Options, stdout: Any = None) -> list[dict[str, Any
            "loss_first": losses[0], "loss_last": losses[-1]}
     for i, part in enumerate(PARTS[1:], start=1):
         res[f"{part}_s"] = _quantile([row[i] for row in per_iter], 0.5)
+    # the rank that arrives last waits for no one: its exposed communication is the iteration's own
+    res["exposed_comm_min_s"] = _quantile(least.cpu().tolist(), 0.5)
     cfg = {"algorithm": tech.name, "model": entry.name, "batch_size": opts.batch_size, "world_size": ctx.world,
            "options": merged, "iterations": opts.iterations, "warmup": opts.warmup, "threads": opts.threads,
            "lr": opts.lr, "seed": opts.seed, "data": opts.dataset if opts.convergence else "synthetic"}
