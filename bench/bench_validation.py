@@ -47,6 +47,11 @@ def analyse(directory: Path) -> dict:
                 per_tech[tech] = {"median_abs_error": float(np.median(e)), "max_abs_error": float(e.max())}
         out["predictions"][key] = {"p2": v.summary(rows, key), "per_technique": per_tech,
                                    "winner": v.winners(rows, key)}
+    out["host_load"] = {}  # how much of the CPUs other work took while each environment ran (commscope validate)
+    for env in dict.fromkeys(r["environment"] for r in rows):
+        load = directory / env / "host_load.json"
+        if load.is_file():
+            out["host_load"][env] = json.loads(load.read_text())
     for env in dict.fromkeys(r["environment"] for r in rows):
         for model in dict.fromkeys(r["model"] for r in rows if r["environment"] == env):
             by = {r["technique"]: r for r in rows if r["environment"] == env and r["model"] == model}
@@ -75,6 +80,9 @@ def main() -> None:
                             str(args.ranks), "--emulate", args.emulate, "--out", str(directory)], check=False)
         res = analyse(directory)
     print(f"from {res['directory']}")
+    for env, load in res["host_load"].items():
+        print(f"host during {env}: other work took {load['other_work']:.1%} of the CPUs"
+              + (" (DISTURBED)" if load.get("disturbed") else ""))
     print("regimes (communication share of the bsp iteration):")
     for cell, r in res["regimes"].items():
         print(f"  {cell:>24}: {r['comm_share_bsp']:.0%} ({r['regime']})")

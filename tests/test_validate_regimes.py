@@ -136,3 +136,33 @@ def test_attribution_names_the_largest_term_and_the_change_that_closes_the_gap()
     a = attribute(17 * MS, c)  # 1 ms slower than predicted: latency, the largest term, 25% more
     assert a["term"] == "latency" and a["change"] == pytest.approx(0.25) and a["gap_s"] == pytest.approx(MS)
     assert attribute(25 * MS, c)["term"] == "missing term"  # 9 ms more than predicted: more than the latency term
+
+
+def test_repredict_replaces_the_tables_and_keeps_the_measurements(tmp_path):
+    """A finished run predicted again with today's models: the same cells and measurements, the command and notes
+    kept; a directory without a finished run is refused and left as it was."""
+    import json
+    import shutil
+
+    from runners import reference
+    from runners.validate.driver import repredict
+
+    run = tmp_path / "run"
+    shutil.copytree(reference.VALIDATION_DIR, run)
+    before = {(r["config"]["technique"], json.dumps(r["config"]["options"], sort_keys=True), r["config"]["model"],
+               r["config"]["environment"]): r["result"]["measured_s"]
+              for r in results.load(run / "validation.jsonl").records}
+    records_before = {d.name: (d / "records.jsonl").read_bytes() for d in run.iterdir() if d.is_dir()}
+    out = repredict(run)
+    after = {(r["config"]["technique"], json.dumps(r["config"]["options"], sort_keys=True), r["config"]["model"],
+              r["config"]["environment"]): r["result"]["measured_s"] for r in out}
+    assert after == before
+    assert len(results.load(run / "validation.jsonl").records) == len(out)
+    assert {d.name: (d / "records.jsonl").read_bytes() for d in run.iterdir() if d.is_dir()} == records_before
+    md = (run / "validation.md").read_text()
+    assert md.startswith("# commscope validate") and "Command: `commscope validate --suite quick" in md
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(v.ValidationError, match="no finished validation"):
+        repredict(empty)
+    assert list(empty.iterdir()) == []

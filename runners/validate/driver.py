@@ -135,10 +135,7 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
         code, failed, tail = run_job(cmd, envdir / "log.txt", on_stage, threads)
         load = host_load.cpu_share(before, host_load.cpu_seconds())
         (envdir / "host_load.json").write_text(json.dumps({**load, "disturbed": host_load.disturbed(load)}, indent=1))
-        notes.append(f"host, {label}: other work took {load['other_work']:.1%} of the CPUs while it ran "
-                     f"(this run {load['this_run']:.0%}, interrupts and softirq {load['softirq']:.0%})"
-                     + (f"; DISTURBED (over {host_load.DISTURBED:.0%}): its compute and communication were "
-                        "measured beside other work" if host_load.disturbed(load) else ""))
+        notes.append(_host_note(label, load))
         if progress is not None:
             progress.update(task, completed=stages, description=f"{label}: done")
         for f in failed:
@@ -162,3 +159,57 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
         all_records += recs
     write_tables(outdir, all_records, command, notes)
     return all_records, failures
+
+
+def _host_note(label: str, load: dict[str, Any]) -> str:
+    return (f"host, {label}: other work took {load['other_work']:.1%} of the CPUs while it ran "
+            f"(this run {load['this_run']:.0%}, interrupts and softirq {load['softirq']:.0%})"
+            + (f"; DISTURBED (over {host_load.DISTURBED:.0%}): its compute and communication were measured beside "
+               "other work" if host_load.disturbed(load) else ""))
+
+
+def repredict(out: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Predict a finished validation again with today's models: every environment directory's records, fitted
+    environment and profiles go through :func:`compare` once more, and ``validation.jsonl``, ``.csv`` and ``.md``
+    are replaced (each written beside and renamed over the old one, so a failure leaves the old files whole).
+    The measurements are not touched. The command and the notes of the old ``validation.md`` are kept, the
+    host notes refreshed from each ``host_load.json``."""
+    import tempfile
+
+    import costmodels as cm
+
+    outdir = Path(out)
+    old_md = outdir / "validation.md"
+    if not old_md.is_file():
+        raise ValidationError(f"{outdir} holds no finished validation (validation.md); nothing to predict again")
+    text = old_md.read_text().splitlines()
+    command = next((ln.split("`")[1] for ln in text if ln.startswith("Command: `")), "")
+    head = text[:next((i for i, ln in enumerate(text) if ln.startswith("|")), len(text))]  # notes precede tables
+    notes = [ln[2:] for ln in head if ln.startswith("- ") and not ln.startswith("- host, ")]
+    records: list[dict[str, Any]] = []
+    for envdir in sorted(d for d in outdir.iterdir() if (d / "plan.json").is_file()):
+        plan = json.loads((envdir / "plan.json").read_text())
+        if not (envdir / "environment.json").is_file():
+            continue
+        env = cm.Environment.load(envdir / "environment.json")
+        profs = {w["model"]: cm.load_profile(profile_file(envdir, i, w["model"]))
+                 for i, w in enumerate(plan.get("workloads", [])) if profile_file(envdir, i, w["model"]).is_file()}
+        if not profs:
+            continue
+        recs = compare(results.load(envdir / "records.jsonl").records, profs, env, envdir.name)
+        load_file = envdir / "host_load.json"
+        if load_file.is_file():
+            load = json.loads(load_file.read_text())
+            notes.append(_host_note(envdir.name, load))
+            for r in recs:
+                r["config"]["host_other_work_share"] = round(load["other_work"], 4)
+        records += recs
+    with tempfile.TemporaryDirectory(dir=outdir) as tmp:
+        staged = Path(tmp)
+        if records:
+            results.append(staged / "validation.jsonl", records)
+        write_tables(staged, records, command, notes)
+        for name in ("validation.jsonl", "validation.csv", "validation.md"):
+            if (staged / name).exists():
+                os.replace(staged / name, outdir / name)
+    return records
