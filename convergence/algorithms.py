@@ -295,8 +295,9 @@ for _a in (
               "step with the averaging amortised over H (schedule local_sgd)", "local_sgd", "local_sgd",
               _with(H=lambda p, prof, q: q), parameter="H", default=8),
     Algorithm("async_sgd", "asynchronous SGD on a parameter server: one iteration = one update of one worker's "
-              "gradient; tau = p - 1 (each update is at most p - 1 updates stale when the p workers take turns); "
-              "seconds per update = ps iteration time / p (see async_time)", "async_sgd", "ps",
+              "gradient; tau = p - 1 (each update is at most p - 1 updates stale when the p workers take turns; the "
+              "bound draws the worker uniformly, so zeta counts as noise); seconds per update = ps iteration time "
+              "/ p (see async_time)", "async_sgd", "ps",
               lambda p, prof, q: {"tau": (p - 1).astype(np.float64)}, collective="parameter_server", timing=async_time),
     Algorithm("ssp", "stale synchronous parallel on a parameter server: n = p, staleness s; one iteration = one "
               "clock (see ssp_time)", "ssp", "ps", _with(s=lambda p, prof, q: q), collective="parameter_server",

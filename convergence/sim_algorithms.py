@@ -2,7 +2,8 @@
 
 ``sgd`` (exact averaging), ``local_sgd`` (H local steps, then averaging), ``async_sgd`` (one
 uniformly chosen worker's gradient per update, on a model ``tau`` updates old), ``ssp`` (each clock
-averages all workers' gradients on a model ``s`` clocks old), ``dpsgd`` (local step, then gossip
+averages all workers' gradients on a model ``s`` clocks old, or, with ``view='partial'``, each on its own
+view that misses part of the last s clocks' single-worker updates), ``dpsgd`` (local step, then gossip
 with a topology's mixing matrix), ``qsgd`` (QSGD's stochastic rounding, unbiased), the biased
 compressors ``topk``, ``randomk``, ``powersgd`` and ``ef_signsgd`` with error feedback (or without,
 ``error_feedback=False``, which has no bound), ``signsgd`` (majority vote with a batch that grows
@@ -118,9 +119,24 @@ def _async_sgd(run: Run) -> None:
 
 
 def _ssp(run: Run) -> None:
-    grads = run.problem.grad(_stale(run, int(run.params["s"])), run.rng)
-    run.x = run.x - run.gamma * grads.mean(axis=2, keepdims=True)
-    _remember(run)
+    s = int(run.params["s"])
+    if run.params["view"] == "clock" or s == 0:
+        grads = run.problem.grad(_stale(run, s), run.rng)
+        run.x = run.x - run.gamma * grads.mean(axis=2, keepdims=True)
+        _remember(run)
+        return
+    # partial views: worker i reads x_c plus the updates of the last s clocks it has not seen (each other
+    # worker's with probability 1 - visible, independent of the noise), i.e. y_i = x_c + sum of missed updates
+    sent = run.state.setdefault("sent", [np.zeros_like(run.x) for _ in range(s)])  # (k, r, n, d) per clock
+    nw = run.problem.n
+    k, r = run.x.shape[:2]
+    missed = (run.rng.random((k, r, nw, s, nw)) >= float(run.params["visible"])) & ~np.eye(nw, dtype=bool)[:, None]
+    # (reader, clock x writer) @ (clock x writer, d): one batched product over all missed updates
+    back = missed.reshape(k, r, nw, s * nw).astype(run.x.dtype) @ np.stack(sent, axis=2).reshape(k, r, s * nw, -1)
+    views = run.x + back
+    upd = run.gamma * run.problem.grad(views, run.rng) / nw  # each worker's share of this clock's update
+    run.x = run.x - upd.sum(axis=2, keepdims=True)
+    run.state["sent"] = [*sent[1:], upd]
 
 
 def _dpsgd(run: Run) -> None:
@@ -190,6 +206,12 @@ def _signsgd_ok(prob: Problem, params: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _ssp_ok(prob: Problem, params: Mapping[str, Any]) -> str | None:
+    if params["view"] not in ("clock", "partial"):
+        return f"view must be 'clock' or 'partial', got {params['view']!r}"
+    return None if 0 <= float(params["visible"]) <= 1 else f"visible must be in [0, 1], got {params['visible']!r}"
+
+
 def _fixed(name: str) -> Callable[[Mapping[str, Any]], str]:
     return lambda params: name
 
@@ -198,12 +220,13 @@ for _entry in (
     SimulatedAlgorithm("sgd", "synchronous mini-batch SGD, exact averaging", _sgd, _fixed("sgd")),
     SimulatedAlgorithm("local_sgd", "H local steps, then exact averaging", _local_sgd, _fixed("local_sgd"),
                        {"H": 8}, lambda prob, p: {"H": float(p["H"])}),
-    SimulatedAlgorithm("async_sgd", "one uniformly chosen worker's gradient per update, tau updates stale",
-                       _async_sgd, _fixed("async_sgd"), {"tau": 4},
-                       # one worker's gradient, chosen uniformly: variance sigma^2 + zeta^2 about grad f
-                       lambda prob, p: {"tau": float(p["tau"]), "sigma": math.hypot(prob.sigma, prob.zeta)}),
-    SimulatedAlgorithm("ssp", "every clock averages all gradients, computed s clocks stale", _ssp, _fixed("ssp"),
-                       {"s": 2}, lambda prob, p: {"s": float(p["s"])}),
+    SimulatedAlgorithm("async_sgd", "one uniformly chosen worker's gradient per update, tau updates stale (the "
+                       "bound takes the problem's zeta: heterogeneity is noise of the worker drawn)",
+                       _async_sgd, _fixed("async_sgd"), {"tau": 4}, lambda prob, p: {"tau": float(p["tau"])}),
+    SimulatedAlgorithm("ssp", "every clock averages all gradients, each computed on a view s clocks stale: "
+                       "view='clock' reads the model of s clocks ago, view='partial' also each other worker's "
+                       "later updates with probability `visible` and its own always", _ssp, _fixed("ssp"),
+                       {"s": 2, "view": "clock", "visible": 0.5}, lambda prob, p: {"s": float(p["s"])}, _ssp_ok),
     SimulatedAlgorithm("dpsgd", "local step, then one gossip step with the topology's mixing matrix", _dpsgd,
                        _fixed("dpsgd"), {"topology": "ring"},
                        lambda prob, p: {"gap": spectral_gap(p["topology"], prob.n)}),

@@ -122,17 +122,23 @@ def test_package_docstring_example_is_right() -> None:
 
 
 def test_error_feedback_step_limit_by_hand() -> None:
-    """delta = 0.75: sqrt(1 - delta) = 0.5, a = 4 * 0.5 / 0.5625 = 3.5556, b = 0.5; u = 2b / (1 + sqrt(1 + 4ab))
-    = 1 / (1 + sqrt(8.1111)) = 0.259885; with L = 2 the step limit is 0.129943. At T = 1 the step is that
-    limit: B = 2*3/0.129943 + 2*0.129943*2.25/8 + 4*4*0.5*(2.25 + 0.25)/0.5625 * 0.129943^2
-    = 46.174 + 0.0731 + 0.6003."""
+    """The member theta = phi = 1/2 at delta = 3/4 (s = 1/2): r = theta min(1, 8 s) = 1/2, alpha = (1/4)(5/8) /
+    ((1/4)(9/16)) = 10/9, beta = (1/4)/(3/8) = 2/3; with L = 2, sigma = 3/2, zeta = 1/2: C = 4 (10/36 + 3/2) / r =
+    128/9, and the step limit 2 (1 - r) / (L (1 + sqrt(1 + 4 (alpha/r)(1 - r)))) = 1 / (2 (1 + sqrt(49/9))) = 3/20
+    (formerly 0.129943). At T = 1 every member takes its step limit; B is the least of them, at most this member's
+    6/g + 0.5625 g + C g^2."""
+    from convergence.bounds_ef import phi, theta
+    from convergence.symbols import L, delta, sigma, zeta
+
     b = cv.bound("topk")
+    point = {theta: sp.Rational(1, 2), phi: sp.Rational(1, 2), delta: sp.Rational(3, 4), L: 2,
+             sigma: sp.Rational(3, 2), zeta: sp.Rational(1, 2)}
+    assert sp.simplify(b.disagreement.subs(point)) == sp.Rational(128, 9)
+    assert sp.simplify(b.step_max.subs(point)) == sp.Rational(3, 20)
+    g = 3 / 20
     c = consts(b, delta=0.75)
-    u = 1 / (1 + np.sqrt(1 + 4 * (4 * 0.5 / 0.5625) * 0.5))
-    assert b.step_size(1, **c) == pytest.approx(u / 2)
-    g = u / 2
-    assert b.value(1, **c) == pytest.approx(6 / g + 2 * g * 2.25 / 8 + 16 * 0.5 * 2.5 / 0.5625 * g * g)
-    assert cv.bound("topk").step_size(1, **consts(b, delta=1.0)) == pytest.approx(0.5)  # 1/L at delta = 1
+    assert b.value(1, **c) <= 6 / g + 0.5625 * g + 128 / 9 * g * g
+    assert b.step_size(1, **consts(b, delta=1.0)) == pytest.approx(0.5)  # 1/L at delta = 1
 
 
 def test_signsgd_bound_by_hand() -> None:

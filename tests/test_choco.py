@@ -189,3 +189,14 @@ def test_bad_parameters_are_named(problems: list[cv.Problem]) -> None:
         cv.simulate("choco_sgd", problems[0], 5, compressor="qsgd")
     with pytest.raises(cv.CommscopeError, match="choco_sgd: density must be in \\(0, 1\\], got 0"):
         cv.simulate("choco_sgd", problems[0], 5, density=0)
+
+
+@pytest.mark.parametrize("topology", ["ring", "torus"])
+def test_without_compression_runs_stay_below_dpsgds_bound(problems: list[cv.Problem], topology: str) -> None:
+    """delta = 1 is D-PSGD step for step, so the bound is D-PSGD's there (the smaller of the two), run with its step."""
+    for prob in problems:
+        r = cv.simulate("choco_sgd", prob, HORIZONS, replicas=16, seed=1, topology=topology, density=1.0)
+        c = {k: v for k, v in r.constants.items() if k != "delta"}
+        assert r.constants["delta"] == 1.0
+        np.testing.assert_array_equal(r.bound, cv.bound("dpsgd").value(np.array(HORIZONS, dtype=float), **c))
+        assert (r.metric <= r.bound).all(), (topology, r.metric, r.bound)

@@ -1,5 +1,9 @@
 """Simulated runs never beat their bound: for every algorithm, problem and horizon, the replica mean of
-(1/T) sum_t ||grad f(xbar_t)||^2 stays at or below B(T) (the run uses the bound's own step size)."""
+(1/T) sum_t ||grad f(xbar_t)||^2 stays at or below B(T) (the run uses the bound's own step size).
+
+The bounds minimised over Young weights (async_sgd and ssp with zeta, dpsgd, error feedback; issue 17) run with
+the step of their best member at each horizon; the heterogeneous quadratic (zeta = 2) exercises their zeta terms,
+and ssp runs with whole-clock views and with views that miss part of the last s clocks (view='partial')."""
 
 from __future__ import annotations
 
@@ -10,7 +14,8 @@ import convergence as cv
 
 SETTINGS = [
     ("sgd", {}), ("local_sgd", {"H": 2}), ("local_sgd", {"H": 16}), ("async_sgd", {"tau": 1}),
-    ("async_sgd", {"tau": 12}), ("ssp", {"s": 1}), ("ssp", {"s": 6}), ("dpsgd", {"topology": "ring"}),
+    ("async_sgd", {"tau": 12}), ("ssp", {"s": 1}), ("ssp", {"s": 6}), ("ssp", {"s": 3, "view": "partial"}),
+    ("ssp", {"s": 6, "view": "partial", "visible": 0.0}), ("dpsgd", {"topology": "ring"}),
     ("dpsgd", {"topology": "torus"}), ("dpsgd", {"topology": "exponential"}), ("dpsgd", {"topology": "complete"}),
     ("qsgd", {"levels": 1}), ("qsgd", {"levels": 8}), ("topk", {"density": 0.1}), ("topk", {"density": 0.5}),
     ("randomk", {"density": 0.2}), ("powersgd", {"rank": 1}), ("ef_signsgd", {}), ("ef_topk", {"density": 0.3}),
@@ -115,3 +120,32 @@ def test_simulation_is_seeded_and_errors_are_named(quadratics: list[cv.Problem])
         cv.simulate("adam", quadratics[1], 10)
     with pytest.raises(cv.CommscopeError, match="the problem has n = 8 workers, got n = 16"):
         cv.simulate("sgd", quadratics[1], 10, n=16)
+    with pytest.raises(cv.CommscopeError, match="ssp: view must be 'clock' or 'partial', got 'some'"):
+        cv.simulate("ssp", quadratics[1], 10, view="some")
+
+
+def test_async_bound_takes_the_problems_zeta(quadratics: list[cv.Problem]) -> None:
+    """The run draws one worker per update, so heterogeneity is noise: the bound takes zeta (as time to accuracy
+    passes it), no longer a sigma_eff = sqrt(sigma^2 + zeta^2) made up by the simulation."""
+    r = cv.simulate("async_sgd", quadratics[1], [10], replicas=2, tau=3)
+    assert r.constants["zeta"] == pytest.approx(2.0) and r.constants["sigma"] == 0.5
+    assert r.bound[0] == cv.bound("async_sgd").value(10, L=1.0, sigma=0.5, Delta=r.constants["Delta"], tau=3.0,
+                                                     zeta=r.constants["zeta"])
+
+
+def test_partial_views_miss_other_workers_updates() -> None:
+    """view='partial', visible = 0: each worker's view is x_c plus every other worker's update of the last s clocks
+    added back, i.e. x_{c-s} minus its own updates since; with one worker it is the current model (s = 0 alike)."""
+    from convergence.simulate import SIMULATIONS, Run
+
+    prob = cv.problem("quadratic", n=1, d=4, zeta=0.0, sigma=1e-300, seed=1)
+    runs = [Run(prob, {"s": 2, "view": v, "visible": 0.0}, np.full((1, 1, 1, 1), 0.1), np.array([5]),
+                np.random.default_rng(0), np.broadcast_to(prob.x0, (1, 1, 1, 4)).copy()) for v in ("partial", "clock")]
+    for _ in range(5):
+        for run in runs:
+            SIMULATIONS.get("ssp").step(run)
+    exact = prob.x0.copy()
+    for _ in range(5):
+        exact = exact - 0.1 * prob.local_grad(exact[None])[0]
+    np.testing.assert_allclose(runs[0].x[0, 0, 0], exact, rtol=1e-12)  # one worker sees all its own updates
+    assert not np.allclose(runs[1].x[0, 0, 0], exact)  # a whole-clock view is s clocks old

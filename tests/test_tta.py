@@ -54,6 +54,18 @@ def test_async_sgd_one_update_costs_a_ps_iteration_over_p() -> None:
         assert r.iterations[0, j] == t
 
 
+@pytest.mark.parametrize("name", ["async_sgd", "ssp"])
+def test_stale_algorithms_take_heterogeneity(name: str) -> None:
+    """async_sgd draws one worker's gradient per update (zeta is noise); ssp's views may hold part of a clock (zeta
+    enters the staleness term): time to accuracy passes zeta to both bounds, and more zeta takes longer."""
+    r = [time_to_accuracy("resnet50", "10GbE", [8, 32], 1e-3, [name], zeta=z) for z in (0.0, 0.5, 2.0)]
+    assert all("does not take zeta" not in x.notes[0] for x in r)
+    assert (r[0].iterations < r[1].iterations).all() and (r[1].iterations < r[2].iterations).all()
+    np.testing.assert_array_equal(r[0].seconds_per_iteration, r[2].seconds_per_iteration)
+    tau = {"tau": 7.0} if name == "async_sgd" else {"n": 8.0, "s": 1.0}
+    assert r[1].iterations[0, 0] == cv.bound(name).iterations_to(1e-3, L=1.0, sigma=1.0, Delta=1.0, zeta=0.5, **tau)
+
+
 def test_local_sgd_parameter_reaches_bound_and_schedule() -> None:
     r = time_to_accuracy("resnet50", "10GbE", 16, 1e-2, ["local_sgd", "local_sgd:16"])
     assert r.algorithms == ("local_sgd (H=8)", "local_sgd (H=16)")
@@ -140,10 +152,12 @@ def test_winner_margin_and_summary() -> None:
 
 
 def test_unreachable_eps_is_inf_and_never_wins() -> None:
-    r = time_to_accuracy("resnet50", "10GbE", 32, 1e-8, ["sgd", "ef_signsgd"])
+    """ef_signsgd's step limit is about delta/(4L) with delta = 1/d_max, so T >= 8 d_max/eps > 1e18 at eps = 1e-12;
+    with sigma = 1e-6 SGD gets there in about 2/eps + 8 sigma^2/(n eps^2) = 2.3e12 iterations."""
+    r = time_to_accuracy("resnet50", "10GbE", 32, 1e-12, ["sgd", "ef_signsgd"], sigma=1e-6)
     assert np.isinf(r.iterations[1, 0]) and np.isinf(r.seconds[1, 0]) and np.isfinite(r.seconds_per_iteration[1, 0])
     assert r.winner[0] == 0 and np.isinf(r.margin[0])
-    nobody = time_to_accuracy("resnet50", "10GbE", 32, 1e-8, ["ef_signsgd"])
+    nobody = time_to_accuracy("resnet50", "10GbE", 32, 1e-12, ["ef_signsgd"], sigma=1e-6)
     assert nobody.winner[0] == -1 and np.isnan(nobody.margin[0])
     assert "no algorithm's bound reaches eps" in nobody.summary()
 
@@ -271,8 +285,8 @@ def test_cli_tta_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_cli_tta_unreachable_is_null_in_json(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "predict", "tta", "--model", "resnet50", "--env", "10GbE", "-p", "8", "--eps", "1e-8",
-                       "-a", "sgd,ef_signsgd", "--json")
+    code, out, _ = run(capsys, "predict", "tta", "--model", "resnet50", "--env", "10GbE", "-p", "8", "--eps", "1e-12",
+                       "--sigma", "1e-6", "-a", "sgd,ef_signsgd", "--json")
     rows = json.loads(out)["results"]
     assert code == 0 and rows[1]["iterations"] is None and rows[1]["seconds"] is None
 

@@ -1,0 +1,249 @@
+"""The classes every convergence bound shares, and the registry (:mod:`convergence.bounds` registers the
+nonconvex entries and describes their common shape).
+
+``Bound`` holds what every family has (assumptions, limits, the quantity bounded, iterations to eps);
+``GradientNormBound`` is the nonconvex shape ``B = D Delta/(gamma T) + A gamma + C gamma^2`` at its
+best step; :mod:`convergence.bounds_family` extends it to a minimum over Young weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import sympy as sp
+
+from costmodels.errors import CommscopeError
+from costmodels.registry import Registry
+
+from .symbols import Delta, T, n
+
+gamma = sp.Symbol("gamma", positive=True)  # the step size inside B(gamma, T)
+_TWO = sp.Integer(2)
+
+
+class balanced_step(sp.Function):  # noqa: N801 (a sympy function, named like sympy's)
+    """The positive root gamma of ``2 C gamma^3 + A gamma^2 = K`` (K = 2 Delta / T): where
+    ``dB/dgamma = 0``. Arguments (A, C, K); with C = 0 it is ``sqrt(K / A)``."""
+
+    @classmethod
+    def eval(cls, a: sp.Expr, c: sp.Expr, k: sp.Expr) -> sp.Expr | None:
+        if c.is_zero:
+            return sp.sqrt(k / a)
+        return None
+
+
+def balanced_step_numeric(a: np.ndarray, c: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """:class:`balanced_step` by Newton's method, vectorized. It starts from ``min(sqrt(K/A),
+    (K/(2C))^(1/3))``, which lies right of the root of the convex, increasing cubic, so the iterates
+    decrease monotonically onto it; A = C = 0 (no noise) gives an unbounded step (inf)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = np.minimum(np.sqrt(k / a), np.cbrt(k / (2 * c)))
+        finite = np.isfinite(g)
+        g0 = np.where(finite, g, 1.0)
+        for _ in range(60):
+            h = 2 * c * g0**3 + a * g0 * g0 - k
+            move = h / (6 * c * g0 * g0 + 2 * a * g0)
+            g0 = g0 - move
+            if not (np.abs(move) > 1e-15 * g0).any():  # converged everywhere (NaN inputs stop it too)
+                break
+    return np.where(finite, g0, np.inf)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A registered convergence bound: what every family shares (see the subclasses for shapes).
+
+    ``assumptions`` are the constants it needs (T excluded); ``defaults`` values of optional ones
+    (e.g. ``zeta = 0`` for i.i.d. data); ``limit`` the parameter values (``limit_values``) at which it
+    must equal the bound named ``limit_of`` (mini-batch SGD's in its setting; None where no such limit
+    exists); ``queries_per_iteration`` how many stochastic gradients one iteration draws (n for
+    synchronous schedules, 1 per asynchronous update), used to compare with the lower bound;
+    ``measure`` names the quantity bounded, which simulations measure the same way:
+    ``avg_grad_sq`` = (1/T) sum_t E||grad f(xbar_t)||^2, ``l1_avg_squared`` = (E (1/T) sum_t
+    ||grad f(x_t)||_1)^2, ``last_dist_sq`` = E||xbar_T - x*||^2. ``algorithm`` is the training
+    algorithm (schedule / compressor name) the bound describes.
+    """
+
+    name: str
+    setting: str
+    description: str
+    source: str
+    derivation: str
+    assumptions: tuple[sp.Symbol, ...]
+    defaults: Mapping[str, float] = field(default_factory=dict)
+    sgd_limit: Mapping[sp.Symbol, Any] | None = field(default_factory=dict)
+    limit_of: str | None = "sgd"
+    queries_per_iteration: sp.Expr = n
+    kind: str = "upper"
+    metric: str = "(1/T) sum_t E||grad f(xbar_t)||^2"
+    measure: str = "avg_grad_sq"
+    algorithm: str = ""
+
+    # ------------------------------------------------------------ per family
+    @property
+    def in_step(self) -> sp.Expr:
+        """B as a function of the step ``gamma`` and T."""
+        raise NotImplementedError
+
+    @property
+    def step(self) -> sp.Expr:
+        """The step size the bound uses, as a function of T and the constants."""
+        raise NotImplementedError
+
+    def _step(self, t: np.ndarray, vals: list[np.ndarray]) -> np.ndarray:
+        raise NotImplementedError
+
+    def _evaluate(self, t: np.ndarray, vals: list[np.ndarray]) -> np.ndarray:
+        raise NotImplementedError
+
+    # --------------------------------------------------------------- shared
+    @property
+    def training_algorithm(self) -> str:
+        return self.algorithm or self.name
+
+    @property
+    def expr(self) -> sp.Expr:
+        """B(T): the bound with its step substituted."""
+        return self.in_step.subs(gamma, self.step)
+
+    def latex(self) -> str:
+        return sp.latex(self.in_step) + r",\quad \gamma = " + sp.latex(self.step)
+
+    def _index(self, name: str) -> int:
+        return [x.name for x in self.assumptions].index(name)
+
+    def _values(self, constants: Mapping[str, Any]) -> list[np.ndarray]:
+        given = {**self.defaults, **constants}
+        names = [x.name for x in self.assumptions]
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise CommscopeError(f"{self.name} has no constant(s) {', '.join(unknown)}; it takes {', '.join(names)}")
+        missing = [x for x in names if x not in given]
+        if missing:
+            raise CommscopeError(f"{self.name} needs {', '.join(missing)} (it takes {', '.join(names)})")
+        out = []
+        for x in self.assumptions:
+            v = np.asarray(given[x.name], dtype=np.float64)
+            low = 0.0 if x.is_nonnegative and not x.is_positive else None
+            bad = ~np.isfinite(v) | ((v < 0) if low is not None else (v <= 0))
+            if x.name in ("H", "n"):
+                bad |= v < 1
+            if x.name in ("delta", "gap"):
+                bad |= v > 1
+            if bad.any():
+                allowed = {"H": ">= 1", "n": ">= 1", "delta": "in (0, 1]", "gap": "in (0, 1]"}.get(
+                    x.name, ">= 0" if low is not None else "> 0")
+                raise CommscopeError(f"{self.name}: {x.name} must be {allowed}, got {v[bad].flat[0].item()!r}")
+            out.append(v)
+        return out
+
+    def value(self, iterations: Any, **constants: Any) -> np.ndarray:
+        """B(T) for T = ``iterations`` (arrays broadcast with the constants)."""
+        t = np.asarray(iterations, dtype=np.float64)
+        if (t <= 0).any() or not np.isfinite(t).all():
+            raise CommscopeError(f"T must be finite and > 0, got {t[(t <= 0) | ~np.isfinite(t)].flat[0].item()!r}")
+        return self._evaluate(t, self._values(constants))
+
+    def step_size(self, iterations: Any, **constants: Any) -> np.ndarray:
+        """The step the bound uses for a run of T = ``iterations`` steps."""
+        return self._step(np.asarray(iterations, dtype=np.float64), self._values(constants))
+
+    def iterations_to(self, eps: Any, **constants: Any) -> Any:
+        """Smallest integer T with B(T) <= eps (arrays broadcast; inf when beyond 10^18).
+
+        Every registered B is non-increasing in T (a minimum over steps of functions decreasing in
+        T; tested), so the root is bracketed in [1, 1e18] and found by bisection on log T,
+        vectorized over all inputs, then by bisection on integers between its ends (exact below 2^53).
+        """
+        e = np.asarray(eps, dtype=np.float64)
+        if (e <= 0).any() or not np.isfinite(e).all():
+            raise CommscopeError(f"eps must be finite and > 0, got {e[(e <= 0) | ~np.isfinite(e)].flat[0].item()!r}")
+        vals = self._values(constants)
+        shape = np.broadcast_shapes(e.shape, *(v.shape for v in vals))
+        lo, hi = np.zeros(shape), np.full(shape, np.log(1e18))
+        done = self._evaluate(np.ones(shape), vals) <= e
+        reachable = self._evaluate(np.full(shape, 1e18), vals) <= e
+        for _ in range(80):
+            mid = (lo + hi) / 2
+            ok = self._evaluate(np.exp(mid), vals) <= e
+            hi, lo = np.where(ok, mid, hi), np.where(ok, lo, mid)
+        # integer bisection between the bracket's ends (exact while T < 2^53)
+        below = np.maximum(np.floor(np.exp(lo) * (1 - 1e-9)), 1.0)
+        above = np.ceil(np.exp(hi) * (1 + 1e-9))
+        below = np.where(done | ~reachable, 1.0, below)
+        above = np.where(done | ~reachable, 2.0, above)
+        for _ in range(64):
+            open_ = above - below > 1
+            if not open_.any():
+                break
+            mid = np.floor((below + above) / 2)
+            ok = self._evaluate(mid, vals) <= e
+            above, below = np.where(open_ & ok, mid, above), np.where(open_ & ~ok, mid, below)
+        out = np.where(done, 1.0, np.where(reachable, above, np.inf))
+        return float(out) if out.ndim == 0 else out
+
+    def queries_to(self, eps: Any, **constants: Any) -> Any:
+        """Stochastic gradients drawn before B(T) <= eps: sum over the T iterations of the queries each
+        draws (n per synchronous iteration; the batch grows with T for signSGD)."""
+        t = np.asarray(self.iterations_to(eps, **constants), dtype=np.float64)
+        per = sp.lambdify([T, *self.assumptions], self.queries_per_iteration, "numpy")(t, *self._values(constants))
+        out = t * per
+        return float(out) if np.ndim(out) == 0 else out
+
+
+@dataclass(frozen=True)
+class GradientNormBound(Bound):
+    """Nonconvex bounds of one shape (module docstring): ``B = D Delta/(gamma T) + A gamma + C gamma^2``
+    with ``gamma = min(gamma_max, gamma*)`` and ``gamma*`` the positive root of
+    ``2 C gamma^3 + A gamma^2 = D Delta / T``. ``descent`` is D (2 unless the derivation keeps only
+    a quarter of the descent)."""
+
+    variance: sp.Expr = sp.S.Zero  # A
+    disagreement: sp.Expr = sp.S.Zero  # C
+    step_max: sp.Expr = sp.S.One
+    descent: sp.Expr = _TWO
+
+    @property
+    def step_opt(self) -> sp.Expr:
+        return balanced_step(self.variance, self.disagreement, self.descent * Delta / T)
+
+    @property
+    def step(self) -> sp.Expr:
+        """``min(gamma_max, gamma*)`` (module docstring)."""
+        return sp.Min(self.step_max, self.step_opt)
+
+    @property
+    def in_step(self) -> sp.Expr:
+        return self.descent * Delta / (gamma * T) + self.variance * gamma + self.disagreement * gamma**2
+
+    @cached_property
+    def _fns(self) -> tuple[Any, Any, Any, Any]:
+        args = [T, *self.assumptions]
+        mods = ["numpy"]
+        return tuple(sp.lambdify(args, e, mods) for e in (self.variance, self.disagreement, self.step_max,
+                                                           self.descent))  # type: ignore[return-value]
+
+    def _parts(self, t: np.ndarray, vals: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+        var_f, dis_f, max_f, des_f = self._fns
+        a, c, dk = var_f(t, *vals), dis_f(t, *vals), des_f(t, *vals) * vals[self._index("Delta")] / t
+        return np.minimum(max_f(t, *vals), balanced_step_numeric(a, c, dk)), a, c, dk
+
+    def _step(self, t: np.ndarray, vals: list[np.ndarray]) -> np.ndarray:
+        return self._parts(t, vals)[0]
+
+    def _evaluate(self, t: np.ndarray, vals: list[np.ndarray]) -> np.ndarray:
+        g, a, c, dk = self._parts(t, vals)
+        return dk / g + a * g + c * g * g
+
+
+BOUNDS: Registry[Bound] = Registry("bound")
+
+
+def nonconvex(name: str, description: str, source: str, derivation: str, variance: sp.Expr, disagreement: sp.Expr,
+               step_max: sp.Expr, assumptions: tuple[sp.Symbol, ...], **kw: Any) -> GradientNormBound:
+    return GradientNormBound(name, "nonconvex", description, source, derivation, assumptions, variance=variance,
+                             disagreement=disagreement, step_max=step_max, **kw)
