@@ -332,8 +332,10 @@ for _a in (
               "on the largest tensor: the bound is then very pessimistic); scaled signs all-gathered in DDP buckets",
               "ef_signsgd",
               "fusion", _with(delta=_compressor_constant(lambda q: "ef_signsgd", "delta")), compressor="ef_signsgd"),
-    Algorithm("signsgd", "signSGD with majority vote: n = p. Its bound measures (E mean ||grad f||_1)^2, not the "
-              "squared l2 norm of the others, so it is left out of time-to-accuracy comparisons unless asked for",
+    Algorithm("signsgd", "signSGD with majority vote: n = p; one iteration = T accumulated mini-batches of the "
+              "profile (the batch K = T its bound needs) and one exchange of signs. Its bound measures (E mean "
+              "||grad f||_1)^2, not the squared l2 norm of the others, so it is left out of time-to-accuracy "
+              "comparisons unless asked for",
               "signsgd", "fusion", _n, compressor="signsgd"),
     Algorithm("sgd_sc", "synchronous SGD on a strongly convex problem (bound on E||x_T - x*||^2): n = p; priced as "
               "sgd", "sgd_sc", "fusion", _n),

@@ -61,7 +61,9 @@ class Bound:
     (e.g. ``zeta = 0`` for i.i.d. data); ``limit`` the parameter values (``limit_values``) at which it
     must equal the bound named ``limit_of`` (mini-batch SGD's in its setting; None where no such limit
     exists); ``queries_per_iteration`` how many stochastic gradients one iteration draws (n for
-    synchronous schedules, 1 per asynchronous update), used to compare with the lower bound;
+    synchronous schedules, 1 per asynchronous update), used to compare with the lower bound; ``batch``
+    the mini-batch each worker averages per iteration, in units of the stochastic gradient whose noise is
+    sigma (1, except signSGD's K = T: time to accuracy prices that many mini-batches per iteration);
     ``measure`` names the quantity bounded, which simulations measure the same way:
     ``avg_grad_sq`` = (1/T) sum_t E||grad f(xbar_t)||^2, ``l1_avg_squared`` = (E (1/T) sum_t
     ||grad f(x_t)||_1)^2, ``last_dist_sq`` = E||xbar_T - x*||^2. ``algorithm`` is the training
@@ -78,6 +80,7 @@ class Bound:
     sgd_limit: Mapping[sp.Symbol, Any] | None = field(default_factory=dict)
     limit_of: str | None = "sgd"
     queries_per_iteration: sp.Expr = n
+    batch: sp.Expr = sp.S.One
     kind: str = "upper"
     metric: str = "(1/T) sum_t E||grad f(xbar_t)||^2"
     measure: str = "avg_grad_sq"
@@ -184,6 +187,13 @@ class Bound:
             ok = self._evaluate(mid, vals) <= e
             above, below = np.where(open_ & ok, mid, above), np.where(open_ & ~ok, mid, below)
         out = np.where(done, 1.0, np.where(reachable, above, np.inf))
+        return float(out) if out.ndim == 0 else out
+
+    def batch_size(self, iterations: Any, **constants: Any) -> Any:
+        """The per-worker mini-batch (in sigma's units) a run of T = ``iterations`` steps needs each step."""
+        t = np.asarray(iterations, dtype=np.float64)
+        out = sp.lambdify([T, *self.assumptions], self.batch, "numpy")(t, *self._values(constants))
+        out = np.broadcast_to(np.asarray(out, dtype=np.float64), np.broadcast_shapes(t.shape, np.shape(out)))
         return float(out) if out.ndim == 0 else out
 
     def queries_to(self, eps: Any, **constants: Any) -> Any:

@@ -10,7 +10,8 @@ iterations (N = K^2 gradient calls per worker):
 
     (E (1/K) sum_k ||grad f(x_k)||_1)^2 <= (sqrt(L1) (Delta + 1/2) + 2 sigma1 / sqrt(n))^2 / K.
 
-There is no mini-batch-SGD limit (a sign is never the gradient), hence ``limit_of = None``.
+There is no mini-batch-SGD limit (a sign is never the gradient), hence ``limit_of = None``. The batch K = T
+is part of the bound (``batch = T``): time to accuracy prices each iteration at T mini-batches per worker.
 """
 
 from __future__ import annotations
@@ -51,5 +52,5 @@ BOUNDS.register(SignBound(
     "Coordinate-wise descent lemma with step eta: f(x+) <= f(x) - eta ||g||_1 + eta^2 L1/2 + 2 eta sum_i |g_i| "
     "P[vote_i wrong]; for unimodal symmetric noise P[wrong] <= sigma_i / (sqrt(n K) |g_i|) (Gauss's inequality "
     "with the majority of n workers); summing K steps with eta = 1/sqrt(L1 K) gives the bound.",
-    (L1, sigma1, Delta, n), sgd_limit=None, limit_of=None, queries_per_iteration=n * T,
+    (L1, sigma1, Delta, n), sgd_limit=None, limit_of=None, queries_per_iteration=n * T, batch=T,
     metric="(E (1/T) sum_t ||grad f(x_t)||_1)^2", measure="l1_avg_squared"))

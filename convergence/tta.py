@@ -5,7 +5,10 @@ For every training algorithm (:mod:`convergence.algorithms`) ``seconds = T(eps) 
 with the constants the algorithm fixes at each worker count p and the problem's L, sigma, Delta,
 zeta) and ``t_iter`` the cost model's time of one of those iterations in each environment
 (:meth:`Algorithm.iteration_time`, one vectorized :func:`costmodels.sweep` over all environments and
-worker counts). Where a bound never reaches eps, the time is inf.
+worker counts). Where a bound never reaches eps, the time is inf. A bound that needs each worker to
+average K mini-batches per iteration (``Bound.batch``: signSGD's K = T) is priced at that batch: the
+profile's iteration plus K - 1 forward and backward passes (gradient accumulation before the exchange),
+which ``TimeToAccuracy.batches`` and the algorithm's note report.
 
 Bounds are worst-case upper bounds with the constants derived here: the comparison says which
 algorithm's *guarantee* is met first, not which run converges first in practice. Only bounds of one
@@ -152,7 +155,10 @@ class TimeToAccuracy:
     Arrays are indexed ``[algorithm, *environment, p]``; the environment axes are those of the
     EnvironmentArray given (none for a single environment). ``winner`` is the index of the fastest
     comparable algorithm (-1 where none reaches eps), ``margin`` the runner-up's time over the
-    winner's (inf when no runner-up reaches eps, nan when nobody does).
+    winner's (inf when no runner-up reaches eps, nan when nobody does). ``batches``: the mini-batches of the
+    profile each worker computes per iteration, 1 except where a bound needs a growing batch (signSGD's
+    K = T, priced as gradient accumulation: ``seconds_per_iteration`` includes the extra forward and
+    backward passes); 1 where eps is never reached.
     """
 
     model: str
@@ -173,6 +179,7 @@ class TimeToAccuracy:
     seconds: np.ndarray
     winner: np.ndarray
     margin: np.ndarray
+    batches: np.ndarray
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -234,7 +241,7 @@ class TimeToAccuracy:
                     "algorithm": label, "name": self.names[i], "parameter": self.parameters[i],
                     "bound": self.bounds[i], "measure": self.measures[i], "eps": self.eps,
                     "iterations": float(self.iterations[at]), "seconds_per_iteration": float(
-                        self.seconds_per_iteration[at]), "seconds": secs,
+                        self.seconds_per_iteration[at]), "batch": float(self.batches[at]), "seconds": secs,
                     "ratio_to_best": secs / best if self.comparable[i] and best > 0 else np.nan,
                     "winner": i == w, "note": self.notes[i]})
         return out
@@ -250,18 +257,26 @@ def _evaluate(prof: cm.ModelProfile, envs: EnvironmentArray, single: bool, p: An
     reference = DEFAULT_MEASURE if DEFAULT_MEASURE in measures else measures[0]
     env_shape = () if single else envs.shape
     shape = (*env_shape, len(ranks))
-    iters, per_it, notes = [], [], []
+    iters, per_it, batches, notes = [], [], [], []
     for a, v in picked:
         b = a.get_bound()
         names = {x.name for x in b.assumptions}
         given = {k: x for k, x in problem.items() if k in names}
         given.update({k: x for k, x in a.bound_constants(ranks, prof, v).items() if k in names})
         it = np.broadcast_to(np.asarray(b.iterations_to(e, **given), dtype=np.float64), (len(ranks),))
-        t = a.iteration_time(prof, envs, ranks, v).reshape(shape)
+        reached = np.isfinite(it)
+        batch = np.where(reached, b.batch_size(np.where(reached, it, 1.0), **given), 1.0)
+        # a bound that needs a per-worker batch of K mini-batches: K - 1 more forward and backward passes
+        # accumulated before the iteration's communication (the profile prices one)
+        t = a.iteration_time(prof, envs, ranks, v).reshape(shape) + (batch - 1) * prof.compute_s
         iters.append(np.broadcast_to(it, shape))
         per_it.append(t)
+        batches.append(np.broadcast_to(batch, shape))
         ignored = sorted(k for k in constants if k in DEFAULT_CONSTANTS and k not in names)
         note = [] if b.measure == reference else [f"bound measures {b.measure}, not {reference}: not ranked"]
+        if b.batch != 1:
+            note.append(f"priced at the per-worker batch its bound needs ({b.batch} mini-batches of "
+                        f"{prof.batch_size} per iteration, accumulated before each exchange), not the profile's")
         if ignored:
             note.append(f"its bound does not take {', '.join(ignored)}")
         notes.append("; ".join(note))
@@ -274,7 +289,7 @@ def _evaluate(prof: cm.ModelProfile, envs: EnvironmentArray, single: bool, p: An
     return TimeToAccuracy(prof.name, e, ranks, envs, single, tuple(a.label(v) for a, v in picked),
                           tuple(a.name for a, _ in picked), tuple(v for _, v in picked),
                           tuple(a.bound for a, _ in picked), measures, comparable, problem, tuple(notes), iterations,
-                          seconds_per_iteration, seconds, winner, margin)
+                          seconds_per_iteration, seconds, winner, margin, np.stack(batches))
 
 
 def time_to_accuracy(model: str | cm.ModelProfile, env: Any, p: Any, eps: float, algorithms: Any = None,

@@ -198,3 +198,12 @@ def test_choco_at_delta_1_is_dpsgd_and_below_it_its_own() -> None:
         own = _old("choco_own", ch.variance, ch.disagreement, ch.step_max, ch.assumptions)
         np.testing.assert_allclose(ch.value(TS, **c, delta=0.999), own.value(TS, **c, delta=0.999), rtol=1e-12)
         assert (dp.value(TS, **c) <= own.value(TS, **c, delta=1.0)).all()  # D-PSGD's is the better of the two
+
+
+# ------------------------------------------------------------------------------------------ (d) signSGD
+def test_signsgd_needs_a_batch_of_T_per_worker() -> None:
+    b = cv.bound("signsgd")
+    c = {"L1": 10.0, "sigma1": 3.0, "Delta": 3.0, "n": 4.0}
+    assert b.batch == sp.Symbol("T", positive=True) and b.batch_size(198, **c) == 198
+    np.testing.assert_array_equal(b.batch_size(TS, **c), TS)
+    assert cv.bound("sgd").batch_size(TS, L=1.0, sigma=1.0, Delta=1.0, n=4.0).tolist() == [1.0] * len(TS)

@@ -66,6 +66,24 @@ def test_stale_algorithms_take_heterogeneity(name: str) -> None:
     assert r[1].iterations[0, 0] == cv.bound(name).iterations_to(1e-3, L=1.0, sigma=1.0, Delta=1.0, zeta=0.5, **tau)
 
 
+def test_signsgd_is_priced_at_the_batch_its_bound_needs() -> None:
+    """Bernstein et al.'s bound needs a per-worker batch K = T: one iteration computes T mini-batches of the profile
+    (gradient accumulation) and exchanges signs once, so it costs the profile's iteration plus (T - 1) forward and
+    backward passes, and the result says so."""
+    c = {"L1": 1.0, "sigma1": 1.0, "Delta": 1.0}
+    r = time_to_accuracy("resnet50", "10GbE", [8, 32], 1e-2, ["signsgd"], **c)
+    for j, q in enumerate((8, 32)):
+        base = cm.simulate(PROF, ENV, q, "fusion", compressor="signsgd").iteration_time
+        t = cv.bound("signsgd").iterations_to(1e-2, **c, n=float(q))
+        assert r.iterations[0, j] == t and r.batches[0, j] == t
+        assert r.seconds_per_iteration[0, j] == pytest.approx(base + (t - 1) * PROF.compute_s, rel=1e-12)
+        assert r.seconds[0, j] == pytest.approx(t * (base + (t - 1) * PROF.compute_s), rel=1e-12)
+    assert f"per-worker batch its bound needs (T mini-batches of {PROF.batch_size} per iteration" in r.notes[0]
+    assert r.rows()[0]["batch"] == r.iterations[0, 0]
+    sgd = time_to_accuracy("resnet50", "10GbE", 8, 1e-2, ["sgd"])
+    assert sgd.batches.tolist() == [[1.0]] and sgd.notes == ("",)
+
+
 def test_local_sgd_parameter_reaches_bound_and_schedule() -> None:
     r = time_to_accuracy("resnet50", "10GbE", 16, 1e-2, ["local_sgd", "local_sgd:16"])
     assert r.algorithms == ("local_sgd (H=8)", "local_sgd (H=16)")
