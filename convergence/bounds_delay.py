@@ -67,9 +67,10 @@ SSP_DERIVATION = (
     "||mean_j e_j||^2 <= mean_j ||e_j||^2, so the individual ||e_j||^2 of the windows cancel without D feeding "
     "back when L gamma + (1 + w) L^2 gamma^2 s^2 <= 1: 2 Delta/(gamma T) + L gamma sigma^2/n + (1 + 1/w) L^2 "
     "gamma^2 s sigma^2/n. B is the minimum over the members of both (A only where zeta = 0; it is the smaller "
-    "there), w and v in 2^-2 .. 2^6, F0 in {1/8, 1/4, 1/2, 3/4}. When all workers read whole clocks (as the "
-    "parameter server the time to accuracy prices does, and the default simulation) zeta cancels in m_c and "
-    "(A) holds for any zeta; the zeta term covers views that hold part of a clock."
+    "there), over w in 2^-6 .. 2^4, v in 1 .. 2^10 and F0 in {1/32, 1/8, 1/2} for (P), w in 2^-3 .. 2^8 for "
+    "(A). When all workers read whole clocks (as the parameter server the time to accuracy prices does, and the "
+    "default simulation) zeta cancels in m_c and (A) holds for any zeta; the zeta term covers views that hold "
+    "part of a clock."
 )
 
 _F = 1 - f_0
@@ -84,7 +85,7 @@ SSP = family_bound(
     [Family(L * sigma**2 / n, _SSP_C,
             1 / (L * sp.Max((1 + sp.sqrt(1 + 4 * (1 + w_n) * s**2 / _F)) / 2,
                             s * sp.sqrt((1 + w_n) * (1 + w_h) / f_0))),
-            ((w_n, power_grid(-2, 6, 2)), (w_h, power_grid(-2, 6, 2)), (f_0, (0.125, 0.25, 0.5, 0.75)))),
+            ((w_n, power_grid(-6, 4, 2)), (w_h, power_grid(0, 10, 2)), (f_0, (1 / 32, 1 / 8, 1 / 2)))),
      Family(L * sigma**2 / n, (1 + 1 / w_n) * L**2 * s * sigma**2 / n,
             2 / (L * (1 + sp.sqrt(1 + 4 * (1 + w_n) * s**2))), ((w_n, NOISE_WEIGHTS),), valid=sp.Eq(zeta, 0))],
     (L, sigma, Delta, n, s, zeta), defaults={"zeta": 0.0}, sgd_limit={s: 0})
