@@ -96,3 +96,9 @@ __all__ = [
     "size_range",
     "sweep",
 ]
+
+# large models (issue 18): transformer specs, parallel plans, the planner (costmodels/llm/)
+from .llm import LLM_SPECS, PIPELINE_SCHEDULES, Plan, PlanResult, TransformerSpec, best_plans, llm, llms, plan  # noqa: E402
+
+__all__ += ["LLM_SPECS", "PIPELINE_SCHEDULES", "Plan", "PlanResult", "TransformerSpec", "best_plans", "llm", "llms",
+            "plan"]
