@@ -57,8 +57,11 @@ def validation_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     bsp iteration (``comm_share_bsp``; else the bsp record's exposed communication over its time), predictions
     (b) ``predicted_calibrated_s`` and (c) ``predicted_defaults_s`` with their errors, and the attribution:
     ``term``, ``term_change``, ``gap_s``, ``attributed`` (which prediction) and ``contrib_<term>_s``. Older
-    records leave these NaN or empty.
+    records leave these NaN or empty. ``technique`` names the variant where options change the schedule
+    (``bsp (flatten)``), so that each (environment, model) has one plain ``bsp`` baseline.
     """
+    from runners.validate.report import technique_label
+
     rows = []
     for r in records:
         if r.get("kind", "validation") != "validation":
@@ -72,7 +75,8 @@ def validation_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
         spread = _num(s.get("spread"))
         if math.isnan(spread) and math.isfinite(p90 - p10):
             spread = 0.5 * (p90 - p10) / measured
-        row = {"technique": c["technique"], "environment": c["environment"], "p": int(c["world_size"]),
+        row = {"technique": technique_label(c["technique"], c.get("options")), "environment": c["environment"],
+               "p": int(c["world_size"]),
                "model": c.get("model", ""), "batch_size": _num(c.get("batch_size")), "measured_s": measured,
                "measured_p10_s": p10, "measured_p90_s": p90, "compute_s": compute,
                "exposed_comm_s": _num(br.get("exposed_comm")), "environment_name": c.get("environment_name", ""),

@@ -38,7 +38,7 @@ def _defaults(names: list[str]) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------------ convergence data
 def test_constants_needed_are_those_of_the_chosen_bounds() -> None:
-    assert constants_needed(["sgd", "async_sgd"]) == ["L", "sigma", "Delta", "n", "tau"]
+    assert constants_needed(["sgd", "async_sgd"]) == ["L", "sigma", "Delta", "zeta", "n", "tau"]  # async: zeta as noise
     assert constants_needed(["arjevani"]) == ["L", "sigma", "Delta", "n"]  # drawn per n queries
     assert constants_needed(["signsgd"]) == ["Delta", "n", "L1", "sigma1"]
     assert constants_for("sgd", {"L": 2.0, "H": 8.0, "n": 4.0}) == {"L": 2.0, "n": 4.0}

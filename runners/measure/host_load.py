@@ -6,8 +6,8 @@ that comes and goes between the profile and the training runs moves every predic
 job at nice 19, in its own autogroup, took 40% of two cores and slowed a profile 1.7x). So every run says how
 much of the CPUs other work took, and a share above :data:`DISTURBED` marks it disturbed.
 
-Linux: /proc/stat for the host, ``getrusage(RUSAGE_CHILDREN)`` for the measurement's own processes (children
-that have been waited for, which is every job once it ends).
+Linux: /proc/stat for the host, ``getrusage`` of the measuring process and its children (children that have
+been waited for, which is every job once it ends) for the measurement's own processes.
 """
 
 from __future__ import annotations
@@ -21,14 +21,15 @@ DISTURBED = 0.05  # other work above this share of all CPUs' time marks a run di
 
 
 def cpu_seconds() -> dict[str, float]:
-    """CPU seconds of the whole host (busy, and interrupts + softirq of it, from /proc/stat), of this process's
-    waited-for children, and a monotonic wall clock."""
+    """CPU seconds of the whole host (busy, and interrupts + softirq of it, from /proc/stat), of this process and
+    its waited-for children (the measurement: a driver's own bookkeeping is part of it), and a monotonic wall
+    clock."""
     fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
     user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
     tick = os.sysconf("SC_CLK_TCK")
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     return {"busy": (user + nice + system + irq + softirq + steal) / tick, "softirq": (irq + softirq) / tick,
-            "ours": children.ru_utime + children.ru_stime, "wall": time.monotonic()}
+            "ours": sum(u.ru_utime + u.ru_stime for u in own), "wall": time.monotonic()}
 
 
 def cpu_share(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

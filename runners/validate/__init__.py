@@ -28,9 +28,10 @@ from runners.training.pricing import PERIODIC, predict_many, schedule_call
 
 from .driver import run_job, validate
 from .prediction import compare, measured_time, predict
-from .report import markdown, regime_name, regimes, summary, table_rows, winners, write_tables
+from .report import markdown, regime_name, regimes, summary, table_rows, technique_label, winners, write_tables
 from .suite import EXACT, LATENCY_BYTES, SUITES, Suite, ValidationError, env_label, job_command, make_plan
 
 __all__ = ["EXACT", "LATENCY_BYTES", "PERIODIC", "SUITES", "Suite", "ValidationError", "compare", "env_label",
            "job_command", "make_plan", "markdown", "measured_time", "predict", "predict_many", "regime_name",
-           "regimes", "run_job", "schedule_call", "summary", "table_rows", "validate", "winners", "write_tables"]
+           "regimes", "run_job", "schedule_call", "summary", "table_rows", "technique_label", "validate", "winners",
+           "write_tables"]
