@@ -19,6 +19,7 @@ from . import (
     emulate,
     fit,
     imports,
+    llm,
     predict,
     profile,
     train,
@@ -35,8 +36,8 @@ app = typer.Typer(
 )
 
 # the order of `commscope --help`
-for _module in (predict, catalog, app_command, fit, calibrate, emulate, bench, imports, profile, train, constants,
-                validate):
+for _module in (predict, llm, catalog, app_command, fit, calibrate, emulate, bench, imports, profile, train,
+                constants, validate):
     _module.register(app)
 
 

@@ -1,4 +1,4 @@
-"""``commscope predict collective|iteration|convergence|tta``: times, bandwidths, iterations and time to
+"""``commscope predict collective|iteration|convergence|tta|llm``: times, bandwidths, iterations and time to
 accuracy from the cost models and the convergence bounds (collective and iteration here; convergence and time
 to accuracy in :mod:`runners.cli.predict_convergence`)."""
 
@@ -12,7 +12,7 @@ import typer
 
 import costmodels as cm
 
-from . import predict_convergence
+from . import llm, predict_convergence
 from .common import (
     UsageError,
     console,
@@ -173,10 +173,11 @@ def predict_iteration(
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``predict`` group and its four commands."""
+    """Add the ``predict`` group and its commands (``llm`` from :mod:`runners.cli.llm`)."""
     predict_app = typer.Typer(help="Predict times from the cost models.", no_args_is_help=True)
     predict_app.command("collective")(predict_collective)
     predict_app.command("iteration")(predict_iteration)
     predict_app.command("convergence")(predict_convergence.predict_convergence)
     predict_app.command("tta")(predict_convergence.predict_tta)
+    llm.register_predict(predict_app)
     app.add_typer(predict_app, name="predict")
