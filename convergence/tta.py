@@ -25,11 +25,22 @@ from typing import Any
 import numpy as np
 
 import costmodels as cm
-from costmodels._inputs import as_ranks
-from costmodels.environment_array import EnvironmentArray, as_environment_array
+from costmodels.environment_array import EnvironmentArray
 from costmodels.errors import CommscopeError
 
 from .algorithms import DEFAULT_MEASURE, Algorithm, available, parse_algorithm
+from .tta_inputs import (
+    UNIT,
+    Measured,
+    _environments,
+    _eps,
+    _positive,
+    _profile,
+    _ranks,
+    compressor_override,
+    measured,
+    priced_schedule,
+)
 
 DEFAULT_CONSTANTS: dict[str, float] = {"L": 1.0, "sigma": 1.0, "Delta": 1.0, "zeta": 0.0}
 """Problem constants used unless given: L-smooth, unit gradient noise, unit initial gap, i.i.d. data."""
@@ -46,45 +57,6 @@ FIXED_BY_ALGORITHM = {
 
 
 # ------------------------------------------------------------------------------------- inputs
-def _profile(model: Any) -> cm.ModelProfile:
-    if isinstance(model, cm.ModelProfile):
-        return model
-    if isinstance(model, str):
-        if model.endswith(".json") or "/" in model:
-            return cm.load_profile(model)
-        return cm.profile(model)
-    raise CommscopeError(f"model must be a profile name ({', '.join(cm.profiles())}) or a costmodels.ModelProfile, "
-                         f"got {model!r}")
-
-
-def _environments(env: Any) -> tuple[EnvironmentArray, bool]:
-    """The environments as an array, and whether a single one was given."""
-    if isinstance(env, str):
-        env = cm.environment(env)
-    if isinstance(env, cm.Environment):
-        return EnvironmentArray.of([env]), True
-    if isinstance(env, (EnvironmentArray, list, tuple)):
-        return as_environment_array(env), False
-    raise CommscopeError(f"env must be a preset name ({', '.join(cm.environments())}), an environment JSON file, "
-                         f"a costmodels.Environment or an EnvironmentArray, got {env!r}")
-
-
-def _eps(eps: Any) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.integer, np.floating)) or not (
-            np.isfinite(eps) and eps > 0):
-        raise CommscopeError(f"eps must be a finite number > 0 (the target of the bound's metric), got {eps!r}")
-    return float(eps)
-
-
-def _ranks(p: Any) -> np.ndarray:
-    if isinstance(p, (str, bool)):
-        raise CommscopeError(f"p must be a positive integer number of workers or an array of them, got {p!r}")
-    ranks = as_ranks(p).reshape(-1)
-    if not ranks.size:
-        raise CommscopeError("p must name at least one worker count")
-    return ranks
-
-
 def _selection(algorithms: Any) -> list[tuple[Algorithm, Any]]:
     if algorithms is None:
         return [parse_algorithm(name) for name in available()]
@@ -104,7 +76,8 @@ def _selection(algorithms: Any) -> list[tuple[Algorithm, Any]]:
     return picked
 
 
-def _problem_constants(picked: list[tuple[Algorithm, Any]], constants: Mapping[str, Any]) -> dict[str, float]:
+def _problem_constants(picked: list[tuple[Algorithm, Any]], constants: Mapping[str, Any],
+                       base: Mapping[str, float] = DEFAULT_CONSTANTS) -> dict[str, float]:
     takes = {x.name for a, _ in picked for x in a.get_bound().assumptions}
     for k in constants:
         if k in FIXED_BY_ALGORITHM:
@@ -113,7 +86,7 @@ def _problem_constants(picked: list[tuple[Algorithm, Any]], constants: Mapping[s
     unknown = sorted(set(constants) - set(allowed))
     if unknown:
         raise CommscopeError(f"unknown constant {unknown[0]!r}; the chosen bounds take {', '.join(allowed)}")
-    out = dict(DEFAULT_CONSTANTS)
+    out = {**DEFAULT_CONSTANTS, **base}
     for k, v in constants.items():
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not np.isfinite(v):
             raise CommscopeError(f"constant {k} must be a finite number, got {v!r}")
@@ -158,7 +131,8 @@ class TimeToAccuracy:
     winner's (inf when no runner-up reaches eps, nan when nobody does). ``batches``: the mini-batches of the
     profile each worker computes per iteration, 1 except where a bound needs a growing batch (signSGD's
     K = T, priced as gradient accumulation: ``seconds_per_iteration`` includes the extra forward and
-    backward passes); 1 where eps is never reached.
+    backward passes); 1 where eps is never reached. ``schedules``: what prices each algorithm's iteration
+    (:func:`~convergence.tta_inputs.priced_schedule`); ``constants_source``: where the constants came from.
     """
 
     model: str
@@ -180,6 +154,8 @@ class TimeToAccuracy:
     winner: np.ndarray
     margin: np.ndarray
     batches: np.ndarray
+    schedules: tuple[str, ...] = ()
+    constants_source: str = UNIT
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -192,6 +168,16 @@ class TimeToAccuracy:
             if algorithm in (label, name):
                 return i
         raise CommscopeError(f"no algorithm {algorithm!r} in this result; it has {', '.join(self.algorithms)}")
+
+    def ratio_to(self, reference: str = "sgd") -> np.ndarray:
+        """Each algorithm's seconds over ``reference``'s (its name or label), ``[algorithm, *configuration]``;
+        nan where the reference is not in the result or not finite (inf where only the reference reaches eps)."""
+        try:
+            ref = self.seconds[self.index(reference)]
+        except CommscopeError:
+            return np.full(self.seconds.shape, np.nan)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(np.isfinite(ref) & (ref > 0), self.seconds / np.where(ref > 0, ref, 1.0), np.nan)
 
     def _environment_name(self, idx: tuple[int, ...]) -> str:
         e = idx[:-1] if not self.single_environment else (0,)
@@ -229,7 +215,7 @@ class TimeToAccuracy:
 
     def rows(self) -> list[dict[str, Any]]:
         """One dict per (configuration, algorithm), ready for a table (inf where eps is never reached)."""
-        out = []
+        out, to_sgd = [], self.ratio_to("sgd")
         for idx in np.ndindex(self.shape):
             w = int(self.winner[idx])
             best = float(self.seconds[(w, *idx)]) if w >= 0 else np.nan
@@ -243,16 +229,18 @@ class TimeToAccuracy:
                     "iterations": float(self.iterations[at]), "seconds_per_iteration": float(
                         self.seconds_per_iteration[at]), "batch": float(self.batches[at]), "seconds": secs,
                     "ratio_to_best": secs / best if self.comparable[i] and best > 0 else np.nan,
+                    "ratio_to_sgd": float(to_sgd[at]), "schedule": self.schedules[i] if self.schedules else "",
                     "winner": i == w, "note": self.notes[i]})
         return out
 
 
 def _evaluate(prof: cm.ModelProfile, envs: EnvironmentArray, single: bool, p: Any, eps: Any, algorithms: Any,
-              constants: Mapping[str, Any]) -> TimeToAccuracy:
+              constants: Mapping[str, Any], records: Any = None) -> TimeToAccuracy:
     e = _eps(eps)
     ranks = _ranks(p)
     picked = _selection(algorithms)
-    problem = _problem_constants(picked, constants)
+    m: Measured | None = None if records is None else measured(records, prof)
+    problem = _problem_constants(picked, constants, m.problem if m else DEFAULT_CONSTANTS)
     measures = tuple(a.get_bound().measure for a, _ in picked)
     reference = DEFAULT_MEASURE if DEFAULT_MEASURE in measures else measures[0]
     env_shape = () if single else envs.shape
@@ -262,7 +250,9 @@ def _evaluate(prof: cm.ModelProfile, envs: EnvironmentArray, single: bool, p: An
         b = a.get_bound()
         names = {x.name for x in b.assumptions}
         given = {k: x for k, x in problem.items() if k in names}
-        given.update({k: x for k, x in a.bound_constants(ranks, prof, v).items() if k in names})
+        fixed = {k: x for k, x in a.bound_constants(ranks, prof, v).items() if k in names}
+        override, compressed = compressor_override(a, v, names, fixed, m, prof.name)
+        given.update({**fixed, **override})
         it = np.broadcast_to(np.asarray(b.iterations_to(e, **given), dtype=np.float64), (len(ranks),))
         reached = np.isfinite(it)
         batch = np.where(reached, b.batch_size(np.where(reached, it, 1.0), **given), 1.0)
@@ -279,6 +269,8 @@ def _evaluate(prof: cm.ModelProfile, envs: EnvironmentArray, single: bool, p: An
                         f"{prof.batch_size} per iteration, accumulated before each exchange), not the profile's")
         if ignored:
             note.append(f"its bound does not take {', '.join(ignored)}")
+        if compressed:
+            note.append(compressed)
         notes.append("; ".join(note))
     iterations = np.stack(iters)
     seconds_per_iteration = np.stack(per_it)
@@ -289,11 +281,12 @@ def _evaluate(prof: cm.ModelProfile, envs: EnvironmentArray, single: bool, p: An
     return TimeToAccuracy(prof.name, e, ranks, envs, single, tuple(a.label(v) for a, v in picked),
                           tuple(a.name for a, _ in picked), tuple(v for _, v in picked),
                           tuple(a.bound for a, _ in picked), measures, comparable, problem, tuple(notes), iterations,
-                          seconds_per_iteration, seconds, winner, margin, np.stack(batches))
+                          seconds_per_iteration, seconds, winner, margin, np.stack(batches),
+                          tuple(priced_schedule(a, v) for a, v in picked), m.source if m else UNIT)
 
 
 def time_to_accuracy(model: str | cm.ModelProfile, env: Any, p: Any, eps: float, algorithms: Any = None,
-                     **constants: float) -> TimeToAccuracy:
+                     constants: Any = None, **given: float) -> TimeToAccuracy:
     """Seconds until each algorithm's convergence bound reaches ``eps``, and which gets there first.
 
     ``model``: a shipped profile name (``cm.profiles()``), a profile JSON file or a ModelProfile.
@@ -302,16 +295,19 @@ def time_to_accuracy(model: str | cm.ModelProfile, env: Any, p: Any, eps: float,
     specs (``["sgd", "local_sgd:16", "topk:0.001", "dpsgd:torus"]`` or one comma-separated string);
     None = every algorithm whose bound is registered and measures the average squared gradient norm
     (signSGD's l1 bound and the strongly convex ones only when asked for).
-    ``constants``: problem constants of the bounds, by default ``L = sigma = Delta = 1``, ``zeta = 0``
+    ``given`` (keywords): problem constants of the bounds, by default ``L = sigma = Delta = 1``, ``zeta = 0``
     (others such as ``mu`` as the chosen bounds need); n, tau, H, s, gap, delta and omega are set by
-    the algorithms.
+    the algorithms. ``constants``: results-store record dicts of kind "constants" (``commscope constants``;
+    ``runners.results.load(path).records``): L, sigma (at the profile's per-worker batch), Delta and zeta
+    measured on real training, and each compressor's measured delta / omega in place of its worst case where
+    the records have it at the algorithm's setting (:mod:`convergence.tta_inputs`); keywords override them.
 
     >>> r = time_to_accuracy("resnet50", "10GbE", 32, 1e-3, ["sgd", "local_sgd"])
     >>> r.algorithms, r.seconds.shape
     (('sgd', 'local_sgd (H=8)'), (2, 1))
     """
     envs, single = _environments(env)
-    return _evaluate(_profile(model), envs, single, p, eps, algorithms, constants)
+    return _evaluate(_profile(model), envs, single, p, eps, algorithms, given, constants)
 
 
 @dataclass(frozen=True, eq=False)
@@ -351,26 +347,15 @@ class WinnerMap:
         return {str(k): int(v) for k, v in zip(names, n, strict=True)}
 
 
-def _positive(name: str, values: Any, unit: str, *, allow_zero: bool) -> np.ndarray:
-    try:
-        arr = np.asarray(values, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError):
-        raise CommscopeError(f"{name} must be numbers ({unit}), got {values!r}") from None
-    bad = ~np.isfinite(arr) | (arr < 0 if allow_zero else arr <= 0)
-    if not arr.size or bad.any():
-        got = arr[bad].flat[0].item() if arr.size else "nothing"
-        raise CommscopeError(f"{name} must be finite and {'>= 0' if allow_zero else '> 0'} {unit}, got {got!r}")
-    return arr
-
-
 def winner_map(model: str | cm.ModelProfile, base_env: str | cm.Environment, bandwidths: Sequence[float] | np.ndarray,
                latencies: Sequence[float] | np.ndarray, p: Any, eps: float, algorithms: Any = None,
-               **constants: float) -> WinnerMap:
+               constants: Any = None, **given: float) -> WinnerMap:
     """:func:`time_to_accuracy` over a bandwidth x latency grid around ``base_env`` and every p.
 
     ``bandwidths`` (bytes/s) and ``latencies`` (s) replace the base environment's inter-node beta = 1 /
     bandwidth and alpha (:meth:`EnvironmentArray.grid`); each algorithm is priced by one vectorized
-    sweep over all of them and all p, and each bound's iterations once per p.
+    sweep over all of them and all p, and each bound's iterations once per p. ``constants`` and ``given`` as in
+    :func:`time_to_accuracy`.
     """
     base = cm.environment(base_env) if isinstance(base_env, str) else base_env
     if not isinstance(base, cm.Environment):
@@ -378,7 +363,7 @@ def winner_map(model: str | cm.ModelProfile, base_env: str | cm.Environment, ban
     bw = _positive("bandwidths", bandwidths, "bytes/s", allow_zero=False)
     lat = _positive("latencies", latencies, "s", allow_zero=True)
     grid = EnvironmentArray.grid(base, alpha=lat, beta=1.0 / bw)  # (latency, bandwidth)
-    r = _evaluate(_profile(model), grid, False, p, eps, algorithms, constants)
+    r = _evaluate(_profile(model), grid, False, p, eps, algorithms, given, constants)
 
     def swap(a: np.ndarray, lead: int) -> np.ndarray:
         return np.swapaxes(a, lead, lead + 1)

@@ -390,3 +390,98 @@ def test_docstring_example() -> None:
 
     result = doctest.testmod(convergence.tta, verbose=False)
     assert result.attempted >= 2 and result.failed == 0
+
+
+# ------------------------------------------------------------------- measured constants (constants=records)
+def constants_record(model: str = "mlp", L: float = 3.0, per_sample: float = 7.0, shard: int = 101,
+                     Delta: float = 2.3, zeta2: float = 0.25) -> dict:
+    """A hand-made "constants" record (the fields convergence.measured_constants reads), measured at batch 8."""
+    s2 = per_sample / 8 * (shard - 8) / (shard - 1)
+    return {"schema": "commscope.result/1", "kind": "constants", "config": {"model": model, "dataset": "hand",
+                                                                             "batch_size": 8},
+            "result": {"L": {"value": L}, "Delta": {"value": Delta},
+                       "sigma": {"sigma2": s2, "sigma2_max": s2, "batch_size": 8, "shard_size": shard,
+                                 "sigma2_per_sample": per_sample, "sigma2_per_sample_max": per_sample},
+                       "zeta": {"zeta2": zeta2, "zeta2_max": zeta2},
+                       "compressors": {"topk:0.5": {"constant": "delta", "value": 0.7, "worst_measured": 0.6,
+                                                    "worst_case": 0.5},
+                                       "qsgd:4": {"constant": "omega", "value": 0.05, "worst_measured": 0.08,
+                                                  "worst_case": 3.0},
+                                       "signsgd": {"constant": None, "value": None, "worst_case": None}}}}
+
+
+def test_measured_constants_change_the_iterations_as_the_formula_says() -> None:
+    """sgd, T = 8 L Delta sigma^2 / (n eps^2) in the balanced regime, with L = 3, Delta = 2.3 and sigma^2 the
+    per-sample 7 rescaled to resnet50's per-worker batch of 64 from a shard of 101: 7 / 64 x 37 / 100."""
+    r = time_to_accuracy("resnet50", "10GbE", 32, 1e-3, ["sgd", "local_sgd"], constants=[constants_record()])
+    sigma2 = 7.0 / PROF.batch_size * (101 - PROF.batch_size) / 100
+    assert dict(r.constants) == pytest.approx({"L": 3.0, "sigma": math.sqrt(sigma2), "Delta": 2.3, "zeta": 0.5})
+    assert r.iterations[0, 0] == math.ceil(8 * 3.0 * 2.3 * sigma2 / (32 * 1e-6))
+    assert r.iterations[1, 0] == cv.bound("local_sgd").iterations_to(1e-3, n=32, H=8, **r.constants)
+    assert "measured on mlp" in r.constants_source and "batch 8 to resnet50's 64" in r.constants_source
+    unit = time_to_accuracy("resnet50", "10GbE", 32, 1e-3, ["sgd"])
+    assert unit.constants_source.startswith("unit constants") and r.iterations[0, 0] != unit.iterations[0, 0]
+
+
+def test_explicit_constants_override_the_records() -> None:
+    r = time_to_accuracy("resnet50", "10GbE", 32, 1e-3, ["sgd"], constants=[constants_record()], sigma=2.0, L=1.0)
+    assert dict(r.constants) == pytest.approx({"L": 1.0, "sigma": 2.0, "Delta": 2.3, "zeta": 0.5})
+    assert r.iterations[0, 0] == math.ceil(8 * 2.3 * 4 / (32 * 1e-6))
+
+
+def test_measured_delta_and_omega_replace_the_worst_case_where_measured() -> None:
+    rec = constants_record()
+    r = time_to_accuracy("resnet50", "10GbE", 32, 1e-3, ["sgd", "topk:0.5", "topk", "qsgd:4", "qsgd"],
+                         constants=[rec])
+    c = dict(r.constants)
+    assert r.iterations[1, 0] == cv.bound("topk").iterations_to(1e-3, n=32, delta=0.7, **c)
+    assert r.iterations[3, 0] == cv.bound("qsgd").iterations_to(1e-3, n=32, omega=0.05, **c)
+    assert "delta = 0.7 measured on mlp's gradients (topk:0.5" in r.notes[1]
+    assert "omega = 0.05 measured" in r.notes[3]
+    worst = algorithm("topk").bound_constants([32], PROF, 0.01)["delta"][0]
+    assert r.iterations[2, 0] == cv.bound("topk").iterations_to(1e-3, n=32, delta=worst, **c)
+    assert "the worst case on resnet50" in r.notes[2] and "no topk:0.01" in r.notes[2]
+    assert "worst case" in r.notes[4] and r.notes[0] == ""
+    unit = time_to_accuracy("resnet50", "10GbE", 32, 1e-3, ["topk:0.5"])
+    assert "measured" not in unit.notes[0]
+
+
+def test_result_names_the_schedule_priced_and_the_ratio_to_sgd() -> None:
+    r = time_to_accuracy("resnet50", "10GbE", 32, 1e-3, ["sgd", "local_sgd", "topk", "async_sgd", "dpsgd:torus"])
+    assert r.schedules == ("fusion", "local_sgd (H=8)", "fusion + topk:0.01",
+                           "ps / p (parameter_server, one worker's update)", "gossip on a torus (neighbour exchange)")
+    rows = {x["algorithm"]: x for x in r.rows()}
+    assert rows["sgd"]["ratio_to_sgd"] == 1.0 and rows["topk (density=0.01)"]["schedule"] == "fusion + topk:0.01"
+    assert rows["local_sgd (H=8)"]["ratio_to_sgd"] == pytest.approx(r.seconds[1, 0] / r.seconds[0, 0])
+    assert np.isnan(time_to_accuracy("resnet50", "10GbE", 32, 1e-3, ["local_sgd"]).ratio_to("sgd")).all()
+
+
+def _broken() -> dict:
+    rec = constants_record()
+    del rec["result"]["sigma"]
+    return rec
+
+
+@pytest.mark.parametrize(("records", "fragment"), [
+    ("constants.jsonl", "not a path"),
+    (constants_record(), "not one dict: wrap it in a list"),
+    ([42], "constants= record 0 is not a record dict"),
+    ([{"kind": "iteration"}], "holds no 'constants' records"),
+    ([{"kind": "constants", "config": {"model": "mlp"}}], "constants= record 0 is not a usable 'constants' record"),
+    ([constants_record(), _broken()], "constants= record 1 is not a usable 'constants' record (bad or missing "
+                                      "field 'sigma')"),
+    ([constants_record(L=-1.0)], "constants= record 0: a constants record has no usable L"),
+    ([constants_record("mlp"), constants_record("cnn")], "several models (cnn, mlp) and none is resnet50"),
+])
+def test_bad_records_give_one_clear_error(records: object, fragment: str) -> None:
+    with pytest.raises(cm.CommscopeError) as err:
+        time_to_accuracy("resnet50", "10GbE", 32, 1e-3, ["sgd"], constants=records)
+    assert fragment in str(err.value) and "\n" not in str(err.value)
+
+
+def test_records_of_several_models_use_the_profiles() -> None:
+    r = time_to_accuracy("resnet50", "10GbE", 8, 1e-3, ["sgd"],
+                         constants=[constants_record("mlp"), constants_record("resnet50", L=5.0)])
+    assert r.constants["L"] == 5.0 and "measured on resnet50" in r.constants_source
+    m = winner_map("resnet50", "10GbE", [1e9, 1e10], [1e-5], [8], 1e-3, ["sgd"], constants=[constants_record()])
+    assert dict(m.result.constants) == pytest.approx(dict(r.constants) | {"L": 3.0})

@@ -155,7 +155,8 @@ def predict_tta(
     summaries = [r.summary(j) for j in range(len(r.p))]
     if as_json:
         out = [{**x, "iterations": finite_or_none(x["iterations"]), "seconds": finite_or_none(x["seconds"]),
-                "ratio_to_best": finite_or_none(x["ratio_to_best"])} for x in rows]
+                "ratio_to_best": finite_or_none(x["ratio_to_best"]), "ratio_to_sgd": finite_or_none(x["ratio_to_sgd"])}
+               for x in rows]
         winners = [{"p": int(q), "winner": r.algorithms[w] if w >= 0 else None,
                     "margin": finite_or_none(float(r.margin[j])), "summary": summaries[j]}
                    for j, (q, w) in enumerate(zip(r.p, r.winner, strict=True))]
