@@ -205,3 +205,15 @@ def test_best_dear_buffer_is_exhaustive_on_a_small_model() -> None:
             for c in np.unique(np.concatenate([np.geomspace(1, 5e6, 400), runs]))]
     assert best.iteration_time == pytest.approx(min(scan), rel=1e-12)
     assert best.details["buffer_bytes"] == cap
+
+
+@pytest.mark.parametrize("options", [{}, {"partition_bytes": 2**20, "credit_bytes": 2**20},
+                                     {"partition_bytes": 2**24, "credit_bytes": 2**26}])
+def test_bytescheduler_kernel_three_iterations_equal_the_simulation(options: dict) -> None:
+    """The kernel stops after three iterations (overlap.KERNEL_ITERATIONS), the event simulation after four: the
+    period is the same on every shipped profile."""
+    for name in cm.profiles():
+        prof = cm.profile(name)
+        r = cm.sweep(prof, ENVS, PS, "bytescheduler", **options)
+        np.testing.assert_allclose(r.iteration_time, one_at_a_time(prof, ENVS, PS, "bytescheduler", **options),
+                                   rtol=1e-12)
