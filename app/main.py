@@ -45,6 +45,7 @@ navigation = st.navigation([
     st.Page(PAGES / "iteration.py", title="Iteration", icon=":material/timeline:"),
     st.Page(PAGES / "convergence.py", title="Convergence", icon=":material/trending_down:"),
     st.Page(PAGES / "time_to_accuracy.py", title="Time to accuracy", icon=":material/timer:"),
+    st.Page(PAGES / "large_models.py", title="Large models", icon=":material/memory:"),
     st.Page(PAGES / "measured.py", title="Predicted vs measured", icon=":material/compare_arrows:"),
     st.Page(PAGES / "environments.py", title="Environments", icon=":material/tune:"),
 ])

@@ -132,6 +132,7 @@ PAGES = [
     ("iteration", "iteration", "Training iteration", _set_number("p (workers)", "16")),
     ("convergence", "convergence", "Convergence bounds", _set_number("eps (target of the metric)", "0.001")),
     ("time_to_accuracy", "time_to_accuracy", "Time to accuracy", _set_number("p (workers) of the table", "64")),
+    ("large_models", "large_models", "Large models", _set_number("GPUs", "512")),
     ("measured", "measured", "Predicted vs measured", _radio("the sidebar's environment")),
     ("measured-published", "measured", "Predicted vs measured", _radio("published collectives (nccl-tests tables)")),
     ("environments", "environments", "Fit an environment", _radio("median time of each record")),
