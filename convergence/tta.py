@@ -171,13 +171,16 @@ class TimeToAccuracy:
 
     def ratio_to(self, reference: str = "sgd") -> np.ndarray:
         """Each algorithm's seconds over ``reference``'s (its name or label), ``[algorithm, *configuration]``;
-        nan where the reference is not in the result or not finite (inf where only the reference reaches eps)."""
+        nan where the reference is not in the result, never reaches eps, or bounds another metric than the
+        algorithm (inf where only the reference reaches eps)."""
         try:
-            ref = self.seconds[self.index(reference)]
+            i = self.index(reference)
         except CommscopeError:
             return np.full(self.seconds.shape, np.nan)
+        ref, same = self.seconds[i], np.array([m == self.measures[i] for m in self.measures])
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(np.isfinite(ref) & (ref > 0), self.seconds / np.where(ref > 0, ref, 1.0), np.nan)
+            ratio = np.where(np.isfinite(ref) & (ref > 0), self.seconds / np.where(ref > 0, ref, 1.0), np.nan)
+        return np.where(same.reshape((-1,) + (1,) * (ratio.ndim - 1)), ratio, np.nan)
 
     def _environment_name(self, idx: tuple[int, ...]) -> str:
         e = idx[:-1] if not self.single_environment else (0,)

@@ -118,6 +118,39 @@ def predict_convergence(
     console().print(table)
 
 
+MARKS = {  # mark -> what it means, printed under a table for every mark the table shows
+    "*": "its bound reaches eps first among the ranked algorithms (the winner)",
+    "!": "its bound measures another metric than the others: shown, not ranked",
+    "^": "priced at the growing per-worker batch its bound needs (see its note)",
+    "m": "its compressor's delta / omega was measured (--constants), not the worst case",
+    "never": "its bound stays above eps at every number of iterations",
+    "-": "no ratio: the reference (sgd, or the winner) is not chosen or never reaches eps, or bounds another metric",
+}
+
+
+def _marks(x: dict[str, Any], comparable: bool) -> str:
+    marks = ("*" if x["winner"] else "") + ("" if comparable else "!") + ("^" if x["batch"] != 1 else "")
+    return marks + ("m" if " measured on " in x["note"] else "")
+
+
+def _ratio(x: float) -> str:
+    return "-" if not np.isfinite(x) else f"{x:.3g}x"
+
+
+def _records(path: str) -> list[dict[str, Any]]:
+    """The records of a --constants JSON lines file (bad lines are an error naming the first)."""
+    from runners import results
+
+    try:
+        loaded = results.load(path)
+    except cm.CommscopeError as exc:
+        raise UsageError(f"--constants {path}: {exc}") from None
+    if loaded.bad:
+        b = loaded.bad[0]
+        raise UsageError(f"--constants {path}: line {b.line}: {b.reason} ({len(loaded.bad)} bad line(s))")
+    return loaded.records
+
+
 def predict_tta(
     model: Annotated[str, typer.Option(help="shipped profile name (commscope list profiles) or a profile JSON file")],
     p: Annotated[list[str], typer.Option("--p", "-p", help="workers, comma-separated or repeated: 8,32")],
@@ -126,6 +159,9 @@ def predict_tta(
     algorithms: Annotated[list[str], typer.Option(
         "--algorithms", "-a", help="algorithms as name or name:value, comma-separated, e.g. sgd,local_sgd:16,"
                                    "topk:0.001,dpsgd:torus (default: every one with a registered bound)")] = [],  # noqa: B006
+    constants_file: Annotated[str | None, typer.Option(
+        "--constants", help="JSON lines file of 'constants' records (commscope constants): measured L, sigma, "
+                            "Delta, zeta and compressors' delta / omega; --L etc. override them")] = None,
     L: Annotated[float | None, typer.Option("--L", help="smoothness (default 1)")] = None,
     sigma: Annotated[float | None, typer.Option("--sigma", help="gradient noise per worker (default 1)")] = None,
     Delta: Annotated[float | None, typer.Option("--Delta", help="f(x0) - f* (default 1)")] = None,
@@ -137,7 +173,8 @@ def predict_tta(
     beta: Annotated[float | None, typer.Option(help="inverse bandwidth, s/byte (overrides --env)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
-    """Time to accuracy: iterations each algorithm's bound needs to reach eps, times its predicted iteration time."""
+    """Time to accuracy: iterations each algorithm's bound needs to reach eps, times its predicted iteration time,
+    and each algorithm's time over SGD's (bounds are worst-case: compare ratios, not seconds)."""
     from convergence.tta import format_duration, time_to_accuracy
 
     environment = resolve_env(env, alpha, beta, None)
@@ -150,7 +187,14 @@ def predict_tta(
         if k in constants:
             raise UsageError(f"{k} is given twice (--{k} and --constant {k}=...)")
         constants[k] = v
-    r = time_to_accuracy(prof, environment, ranks, eps, names, **constants)
+    records = None if constants_file is None else _records(constants_file)
+    try:
+        r = time_to_accuracy(prof, environment, ranks, eps, names, records, **constants)
+    except cm.CommscopeError as exc:
+        text = str(exc)
+        if records is not None and text.startswith("constants= "):
+            raise UsageError(f"--constants {constants_file}: {text[len('constants= '):]}") from None
+        raise
     rows = r.rows()
     summaries = [r.summary(j) for j in range(len(r.p))]
     if as_json:
@@ -161,21 +205,30 @@ def predict_tta(
                     "margin": finite_or_none(float(r.margin[j])), "summary": summaries[j]}
                    for j, (q, w) in enumerate(zip(r.p, r.winner, strict=True))]
         print(json.dumps({"environment": environment.to_dict(), "profile": prof.name, "eps": eps,
-                          "constants": dict(r.constants), "results": out, "winners": winners}, indent=2,
-                         allow_nan=False))
+                          "constants": dict(r.constants), "constants_source": r.constants_source, "results": out,
+                          "winners": winners}, indent=2, allow_nan=False))
         return
     from rich.table import Table
 
     out = console()
+    shown = {k: f"{v:.4g}" for k, v in r.constants.items()}
+    out.print(f"constants: {', '.join(f'{k} = {v}' for k, v in shown.items())}; {r.constants_source}")
     for j, q in enumerate(r.p):
-        table = Table("algorithm", "bound", "iterations", "s/iteration", "time to eps", "ratio to best",
+        table = Table("algorithm", "schedule priced", "iterations to eps", "s / iteration", "time to eps",
+                      "time / SGD's", "time / best's",
                       title=f"time to eps = {eps:g}: {prof.name} on {environment.name}, p = {int(q)}")
-        for x in rows[j * len(r.algorithms):(j + 1) * len(r.algorithms)]:
-            ratio = x["ratio_to_best"]
-            table.add_row(x["algorithm"] + (" *" if x["winner"] else ""), x["bound"], _count(x["iterations"]),
-                          f"{x['seconds_per_iteration']:.4g}", format_duration(x["seconds"]),
-                          "-" if not np.isfinite(ratio) else f"{ratio:.3g}x")
+        used: set[str] = set()
+        for i, x in enumerate(rows[j * len(r.algorithms):(j + 1) * len(r.algorithms)]):
+            marks = _marks(x, bool(r.comparable[i]))
+            used.update(marks)
+            cells = [_count(x["iterations"]), f"{x['seconds_per_iteration']:.4g}", format_duration(x["seconds"]),
+                     _ratio(x["ratio_to_sgd"]), _ratio(x["ratio_to_best"])]
+            used.update(c for c in cells if c in ("never", "-"))
+            table.add_row(x["algorithm"] + (f" {marks}" if marks else ""), x["schedule"], *cells)
         out.print(table)
+        for mark, meaning in MARKS.items():
+            if mark in used:
+                out.print(f"  {mark}: {meaning}")
         out.print(summaries[j])
     for name, note in {x["algorithm"]: x["note"] for x in rows if x["note"]}.items():
         out.print(f"note: {name}: {note}")
