@@ -115,13 +115,16 @@ def best_plan_switches(model: str, gpus: int, env: str, device_memory: float) ->
     return [{"bandwidth_Bps": bw, "from": a, "to": b} for bw, a, b in sw.switches]
 
 
-def answer(model: str, gpus: int, env: str, table: pd.DataFrame, switches: list[dict[str, Any]]) -> str:
-    """The page's answer in words: the best plan, its time and MFU, and the nearest bandwidth where it changes."""
+def answer(model: str, gpus: int, env: str, table: pd.DataFrame, switches: list[dict[str, Any]] | None) -> str:
+    """The page's answer in words: the best plan, its time and MFU, and the nearest bandwidth where it changes
+    (``switches`` None: not scanned)."""
     if table.empty:
         return f"no plan of {model} on {gpus} GPUs fits"
     best = table.iloc[0]
     text = (f"best plan for {model} on {gpus:,} GPUs on {env}: {best['plan']}, {best['iteration_s']:.3g} s/iteration, "
             f"MFU {best['mfu']:.1%}, {best['memory_gib']:.1f} GiB per GPU")
+    if switches is None:
+        return text + "."
     if not switches:
         return text + "; the best plan stays the same from 1/16x to 16x this inter-node bandwidth."
     now = 1 / cm.environment(env).beta

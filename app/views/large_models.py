@@ -98,7 +98,10 @@ if ranked is None or ranked["table"].empty:
     st.warning(error or f"no plan of {model} on {gpus} GPUs fits in {memory_gib:g} GiB per GPU")
     st.stop()
 
-switches = _switches(model, gpus, env_name, ranked["device_memory"])
+# the bandwidth scan re-plans 40 bandwidths (2-8 s cold): on request, so that the page answers at once
+scan = st.checkbox("find the inter-node bandwidths where the best plan changes (a scan of a few seconds)",
+                   key="llm_scan")
+switches = _switches(model, gpus, env_name, ranked["device_memory"]) if scan else None
 st.success(answer(model, gpus, env_name, ranked["table"], switches))
 
 # ------------------------------------------------------------------------------------ ranked plans
