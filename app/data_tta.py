@@ -1,13 +1,16 @@
 """Tables of the Time-to-accuracy page, from :mod:`convergence` (pure functions, no Streamlit).
 
-Seconds to eps per technique (:func:`tta_table`, :func:`tta_sentence`) and the winner over
-bandwidth x p (:func:`winner_table`). Constants arrive as plain numbers; nothing typed by a user is
-ever parsed as an expression.
+Seconds to eps per technique, each technique's time over SGD's and the schedule that prices it (:func:`tta_table`,
+:func:`tta_sentence`, :func:`ranking_sentence`) and the winner over bandwidth x p (:func:`winner_table`).
+Constants arrive as plain numbers, or as measured "constants" records (``commscope constants``; shipped ones
+from :func:`shipped_constants`, uploaded ones through :mod:`app.uploads`) that ``cv.time_to_accuracy(...,
+constants=records)`` reads; nothing typed by a user is ever parsed as an expression.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,27 +47,60 @@ def format_bandwidth(bps: float) -> str:
     return f"{bps:.3g} B/s"
 
 
-TTA_COLUMNS = ["technique", "name", "bound", "iterations", "seconds_per_iteration", "seconds", "time",
-               "ratio_to_best", "winner", "note"]
+TTA_COLUMNS = ["technique", "name", "schedule", "bound", "iterations", "seconds_per_iteration", "seconds", "time",
+               "ratio_to_sgd", "ratio_to_best", "winner", "note"]
+UNITS = {  # column -> (header with its unit, help): the page's table labels
+    "technique": ("technique", "the algorithm and its parameter"),
+    "schedule": ("schedule priced", "the cost-model schedule, collective and compressor that price one iteration"),
+    "bound": ("bound", "the convergence bound that counts its iterations"),
+    "iterations": ("iterations to eps (count)", "smallest T at which the bound is <= eps"),
+    "seconds_per_iteration": ("time / iteration (s)", "the cost model's seconds per iteration"),
+    "seconds": ("time to eps (s)", "iterations x seconds per iteration"),
+    "time": ("time to eps", "the same, in readable units"),
+    "ratio_to_sgd": ("time / SGD's (ratio)", "time to eps over sgd's; < 1 is faster than SGD"),
+    "ratio_to_best": ("time / winner's (ratio)", "time to eps over the fastest technique's"),
+}
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "runners" / "reference" / "convergence"
+"""Where a shipped convergence run keeps its measured constants (``*.jsonl`` with records of kind "constants")."""
+
+
+def shipped_constants(directory: str | Path = SHIPPED_DIR) -> tuple[list[dict[str, Any]], list[str]]:
+    """The "constants" records of the shipped convergence run, and the files they came from (both empty when
+    the repository ships none)."""
+    from runners import results
+
+    records, files = [], []
+    for path in sorted(Path(directory).glob("*.jsonl")):
+        found = results.load(path, kind="constants").records
+        if found:
+            records += found
+            files.append(path.name)
+    return records, files
 
 
 def tta_table(model: str, env: cm.Environment, p: int, eps: float, specs: Sequence[str],
-              constants: Mapping[str, float]) -> pd.DataFrame:
-    """Seconds to eps of each technique (``cv.time_to_accuracy``) at one environment and p, fastest first."""
-    r = cv.time_to_accuracy(model, env, int(p), eps, list(specs), **constants)
+              constants: Mapping[str, float], records: Sequence[Mapping[str, Any]] | None = None) -> pd.DataFrame:
+    """Seconds to eps of each technique (``cv.time_to_accuracy``) at one environment and p, fastest first, with
+    its time over SGD's (nan without sgd) and the schedule priced; ``records``: measured "constants" records
+    (``constants`` then override them). ``df.attrs``: the constants used and where they came from."""
+    r = cv.time_to_accuracy(model, env, int(p), eps, list(specs), None if records is None else list(records),
+                            **constants)
     df = pd.DataFrame(r.rows())
     df = df.rename(columns={"algorithm": "technique"})
     df["time"] = [format_duration(s) for s in df["seconds"]]
-    return df[TTA_COLUMNS].sort_values("seconds", kind="stable").reset_index(drop=True)
+    df = df[TTA_COLUMNS].sort_values("seconds", kind="stable").reset_index(drop=True)
+    df.attrs.update(constants=dict(r.constants), source=r.constants_source)
+    return df
 
 
 def winner_table(model: str, env: cm.Environment, bandwidths: Sequence[float], ps: Sequence[int], eps: float,
-                 specs: Sequence[str], constants: Mapping[str, float]) -> pd.DataFrame:
+                 specs: Sequence[str], constants: Mapping[str, float],
+                 records: Sequence[Mapping[str, Any]] | None = None) -> pd.DataFrame:
     """Long table over bandwidth x p x technique (``cv.winner_map`` at the environment's latency):
     bandwidth_Bps, p, technique, seconds, iterations, seconds_per_iteration, winner (the technique that
     wins that cell, ``-`` where no bound reaches eps)."""
     m = cv.winner_map(model, env, np.asarray(bandwidths, dtype=float), [env.alpha], np.asarray(ps), eps, list(specs),
-                      **constants)
+                      None if records is None else list(records), **constants)
     names = m.winner_names()[:, 0, :]  # (bandwidth, p)
     nb, npp = len(m.bandwidths), len(m.p)
     frames = []
@@ -92,3 +128,19 @@ def tta_sentence(table: pd.DataFrame, model: str, env_name: str, p: int, eps: fl
         return line + "."
     r = ranked.iloc[0]
     return line + f", {r['ratio_to_best']:.3g}x faster than the runner-up {r['technique']} ({r['time']})."
+
+
+def ranking_sentence(table: pd.DataFrame) -> str:
+    """The techniques ranked by time to eps over SGD's, in words (markdown), from :func:`tta_table`: bounds are
+    worst-case, so the ratio, not the seconds, is the answer."""
+    ratio = table["ratio_to_sgd"].astype(float)
+    if not np.isfinite(ratio).any():
+        return "Add **sgd** to the techniques to rank them by their time to eps over SGD's."
+    ranked = table[np.isfinite(ratio)].sort_values("ratio_to_sgd", kind="stable")
+    parts = [f"{t} {x:.3g}x" for t, x in zip(ranked["technique"], ranked["ratio_to_sgd"], strict=True)]
+    faster = ranked.loc[ranked["ratio_to_sgd"] < 1, "technique"].tolist()
+    lead = (f"{', '.join(faster)} {'reaches' if len(faster) == 1 else 'reach'} eps sooner than SGD"
+            if faster else "No technique's bound reaches eps sooner than SGD's")
+    rest = table.loc[~np.isfinite(ratio) & (table["technique"] != "sgd"), "technique"].tolist()
+    tail = f" Not ranked (another metric, or never reaching eps): {', '.join(rest)}." if rest else ""
+    return f"{lead}. Ranked by time to eps over SGD's (worst-case bounds: compare ratios): {', '.join(parts)}.{tail}"

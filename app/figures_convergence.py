@@ -62,13 +62,22 @@ def bound_figure(curves: pd.DataFrame, sims: pd.DataFrame | None = None, eps: fl
     return fig
 
 
-def tta_bar_figure(table: pd.DataFrame, title: str = "") -> go.Figure:
-    """Horizontal bars of seconds to eps per technique (log axis), fastest on top; the winner in colour,
-    techniques not ranked (another metric) hatched gray; those that never reach eps are left out.
+BAR_AXES = {  # what the bars show -> (column, axis title with its unit)
+    "ratio_to_sgd": ("ratio_to_sgd", "time to eps / SGD's time to eps (ratio, log scale; < 1: faster than SGD)"),
+    "seconds": ("seconds", "time to eps (s, log scale) = bound's iterations x predicted s / iteration"),
+}
+
+
+def tta_bar_figure(table: pd.DataFrame, title: str = "", metric: str = "seconds") -> go.Figure:
+    """Horizontal bars of each technique's time to eps (log axis), fastest on top: over SGD's (``metric =
+    "ratio_to_sgd"``, with a line at 1) or in seconds (``"seconds"``); the winner in colour, techniques not
+    ranked (another metric) gray; those without a finite value are left out. The y axis names each technique
+    with the schedule priced.
 
     ``table``: :func:`app.data_tta.tta_table`.
     """
-    df = table[np.isfinite(table["seconds"].astype(float))]
+    column, axis = BAR_AXES[metric]
+    df = table[np.isfinite(table[column].astype(float))]
     colors = []
     for _, row in df.iterrows():
         if bool(row["winner"]):
@@ -77,18 +86,27 @@ def tta_bar_figure(table: pd.DataFrame, title: str = "") -> go.Figure:
             colors.append(NONE_COLOR)
         else:
             colors.append("#9ecae1")
+    text = df["time"] if metric == "seconds" else [f"{x:.3g}x ({t})" for x, t in zip(df[column], df["time"],
+                                                                                     strict=True)]
+    schedule = df["schedule"] if "schedule" in df else [""] * len(df)
+    custom = np.array(list(zip(df["iterations"], df["seconds_per_iteration"], schedule, strict=True)),
+                      dtype=object).reshape(-1, 3)
     fig = go.Figure(go.Bar(
-        x=df["seconds"], y=df["technique"], orientation="h", marker={"color": colors}, text=df["time"],
-        textposition="auto", customdata=np.stack([df["iterations"], df["seconds_per_iteration"]], axis=-1),
-        hovertemplate="%{y}: %{text}<br>%{customdata[0]:.4g} iterations x %{customdata[1]:.4g} s<extra></extra>",
-        name="seconds to eps",
+        x=df[column], y=df["technique"], orientation="h", marker={"color": colors}, text=text,
+        textposition="auto", customdata=custom,
+        hovertemplate="%{y}: %{text}<br>%{customdata[0]:.4g} iterations x %{customdata[1]:.4g} s"
+                      "<br>priced as %{customdata[2]}<extra></extra>",
+        name=axis,
     ))
     _layout(fig, title, height=max(260, 40 * len(df) + 120))
-    fig.update_layout(xaxis_title="seconds to eps (bound's iterations x predicted iteration time)", showlegend=False)
+    fig.update_layout(xaxis_title=axis, yaxis_title="technique", showlegend=False)
     fig.update_xaxes(type="log", exponentformat="power")
-    if len(df):  # bars start a decade below the fastest, so that their lengths compare
-        secs = df["seconds"].astype(float)
-        fig.update_xaxes(range=[np.log10(secs.min()) - 1, np.log10(secs.max()) + 0.15])
+    if len(df):  # bars start a decade below the smallest, so that their lengths compare
+        vals = df[column].astype(float)
+        lo = min(vals.min(), 1.0) if metric != "seconds" else vals.min()
+        fig.update_xaxes(range=[np.log10(lo) - 1, np.log10(max(vals.max(), lo)) + 0.15])
+    if metric != "seconds":
+        fig.add_vline(x=1.0, line={"color": "black", "dash": "dot", "width": 1})
     fig.update_yaxes(autorange="reversed")
     return fig
 

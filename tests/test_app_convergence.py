@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -302,3 +303,88 @@ def test_time_to_accuracy_page_empty_choices(tta: AppTest) -> None:
     assert len(_specs(tta)) == 1  # the table's chart still shows
     tta.multiselect(key="tta_techniques").set_value([]).run()
     assert not tta.exception and any("at least one technique" in i.value for i in tta.info)
+
+
+# ------------------------------------------------------------- ratio to SGD, units, schedules, measured constants
+def test_tta_table_has_the_ratio_to_sgd_the_schedule_and_a_ranking_in_words() -> None:
+    from app.data_tta import ranking_sentence
+
+    env = cm.environment("10GbE")
+    df = tta_table("resnet50", env, 32, 1e-3, SPECS, {})
+    r = cv.time_to_accuracy("resnet50", env, 32, 1e-3, SPECS)
+    sgd = float(r.seconds[r.index("sgd"), 0])
+    for row in df.itertuples():
+        assert row.ratio_to_sgd == pytest.approx(row.seconds / sgd) and row.schedule == r.schedules[r.index(row.name)]
+    assert df.attrs["source"].startswith("unit constants")
+    words = ranking_sentence(df)
+    ranked = df.sort_values("ratio_to_sgd")["technique"].tolist()
+    assert "Ranked by time to eps over SGD's" in words and words.index(ranked[0]) < words.index(ranked[-1])
+    assert "Add **sgd**" in ranking_sentence(tta_table("resnet50", env, 32, 1e-3, ["local_sgd"], {}))
+    fig = tta_bar_figure(df, metric="ratio_to_sgd")
+    assert list(fig.data[0].x) == pytest.approx(list(df["ratio_to_sgd"])) and "ratio" in fig.layout.xaxis.title.text
+
+
+def _constants_file(directory: Path) -> Path:
+    from test_cli_tta import write_constants
+
+    directory.mkdir(parents=True, exist_ok=True)
+    return write_constants(directory / "constants.jsonl")
+
+
+def test_tta_table_with_measured_records(tmp_path: Path) -> None:
+    from app.data_tta import shipped_constants
+
+    assert shipped_constants(tmp_path) == ([], [])
+    records, files = shipped_constants(_constants_file(tmp_path / "run").parent)
+    assert files == ["constants.jsonl"] and records[0]["kind"] == "constants"
+    df = tta_table("resnet50", cm.environment("10GbE"), 32, 1e-3, ["sgd", "topk:0.5"], {"L": 2.0}, records)
+    assert df.attrs["constants"]["L"] == 2.0 and df.attrs["constants"]["Delta"] == 2.3
+    assert "measured on mlp" in df.attrs["source"]
+    assert "delta = 0.7 measured" in df.set_index("name").loc["topk", "note"]
+
+
+def test_time_to_accuracy_page_shows_ratio_to_sgd_by_default_with_units_and_schedules(tta: AppTest) -> None:
+    bar, heat = _specs(tta)
+    assert tta.radio(key="tta_show").value == "time / SGD's (ratio)"
+    assert tta.radio(key="tta_constants").value.startswith("unit")
+    assert "SGD's" in bar["layout"]["xaxis"]["title"]["text"] and "(ratio" in bar["layout"]["xaxis"]["title"]["text"]
+    for axis in (bar["layout"]["xaxis"], heat["layout"]["xaxis"], heat["layout"]["yaxis"]):
+        assert "(" in axis["title"]["text"], axis["title"]  # a unit on every numeric axis
+    df = tta.dataframe[0].value
+    assert "schedule" in df and set(df["schedule"]) >= {"fusion", "fusion + topk:0.01"}
+    assert "Ranked by time to eps over SGD's" in tta.markdown[1].value
+    assert any("Constants: L = 1" in c.value for c in tta.caption)
+    tta.radio(key="tta_show").set_value("time to eps (seconds)").run()
+    assert not tta.exception and "(s, log scale)" in _specs(tta)[0]["layout"]["xaxis"]["title"]["text"]
+
+
+def test_time_to_accuracy_page_measured_constants(tta: AppTest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                  ) -> None:
+    import app.data_tta
+
+    monkeypatch.setattr(app.data_tta, "SHIPPED_DIR", tmp_path / "empty")
+    before = _specs(tta)
+    tta.radio(key="tta_constants").set_value("measured (shipped run or upload)").run()
+    assert not tta.exception, tta.exception
+    box = tta.checkbox(key="tta_shipped")
+    assert box.disabled and "none ships yet" in box.label
+    assert any("No measured constants yet" in i.value for i in tta.info) and _specs(tta) == before
+    monkeypatch.setattr(app.data_tta, "SHIPPED_DIR", _constants_file(tmp_path / "shipped").parent)
+    tta.run()
+    assert not tta.exception, tta.exception
+    box = tta.checkbox(key="tta_shipped")
+    assert not box.disabled and "constants.jsonl" in box.label
+    box.check().run()  # checked by default on a fresh page; the widget kept its state from the empty directory
+    assert not tta.exception, tta.exception
+    assert any("measured on mlp" in c.value for c in tta.caption)
+    assert _specs(tta) != before
+
+
+def test_uploaded_constants_records_pass_the_upload_check(tmp_path: Path) -> None:
+    from app.uploads import parse_uploads
+
+    data = _constants_file(tmp_path).read_bytes()
+    up = parse_uploads([("constants.jsonl", data)])
+    assert not up.refused and not up.bad and len(up.of_kind("constants")) == 1
+    r = cv.time_to_accuracy("resnet50", "10GbE", 8, 1e-3, ["sgd"], up.of_kind("constants"))
+    assert r.constants["L"] == 3.0

@@ -1,4 +1,5 @@
-"""Time to accuracy: seconds to eps per technique, and which technique wins over bandwidth x p."""
+"""Time to accuracy: each technique's time to eps over SGD's (or in seconds), the schedule that prices it, unit or
+measured constants (a shipped convergence run or an uploaded "constants" file), and who wins over bandwidth x p."""
 
 from __future__ import annotations
 
@@ -11,8 +12,12 @@ import streamlit as st
 
 import costmodels as cm
 from app.data_tta import (
+    SHIPPED_DIR,
     TECHNIQUES,
+    UNITS,
     format_bandwidth,
+    ranking_sentence,
+    shipped_constants,
     technique_parameter,
     technique_spec,
     tta_sentence,
@@ -21,6 +26,7 @@ from app.data_tta import (
 )
 from app.figures_convergence import tta_bar_figure, winner_map_figure
 from app.sidebar import environment_picker
+from app.uploads import results_uploader
 from convergence.topology import TOPOLOGIES
 from convergence.tta import DEFAULT_CONSTANTS
 
@@ -34,19 +40,47 @@ PROBLEM = {  # the problem constants time to accuracy takes (n, tau, H, s, gap, 
     "zeta": ("zeta (heterogeneity)", 0.0, 1e6, 0.1),
 }
 Items = tuple[tuple[str, float], ...]
+UNIT, MEASURED = "unit (L = sigma = Delta = 1)", "measured (shipped run or upload)"
+SHOW = {"time / SGD's (ratio)": "ratio_to_sgd", "time to eps (seconds)": "seconds"}
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _table(model: str, env_json: str, p: int, eps: float, specs: tuple[str, ...], constants: Items) -> pd.DataFrame:
-    return tta_table(model, cm.Environment.from_json(env_json), p, eps, specs, dict(constants))
+def _table(model: str, env_json: str, p: int, eps: float, specs: tuple[str, ...], constants: Items,
+           source: str, _records: list[dict[str, Any]] | None) -> pd.DataFrame:
+    """``source`` names the records (the cache key: the shipped files or the upload's digest)."""
+    return tta_table(model, cm.Environment.from_json(env_json), p, eps, specs, dict(constants), _records)
 
 
 @st.cache_data(show_spinner="Computing the winner map...", max_entries=64)
 def _map(model: str, env_json: str, bw: tuple[float, float], pr: tuple[int, int], eps: float,
-         specs: tuple[str, ...], constants: Items) -> pd.DataFrame:
+         specs: tuple[str, ...], constants: Items, source: str, _records: list[dict[str, Any]] | None
+         ) -> pd.DataFrame:
     bandwidths = np.geomspace(10.0 ** bw[0], 10.0 ** bw[1], round(8 * (bw[1] - bw[0])) + 1)
     ps = [q for q in P_OPTIONS if pr[0] <= q <= pr[1]]
-    return winner_table(model, cm.Environment.from_json(env_json), bandwidths, ps, eps, specs, dict(constants))
+    return winner_table(model, cm.Environment.from_json(env_json), bandwidths, ps, eps, specs, dict(constants),
+                        _records)
+
+
+@st.cache_data(show_spinner=False)
+def _shipped(directory: str) -> tuple[list[dict[str, Any]], list[str]]:
+    return shipped_constants(directory)
+
+
+def _measured_records() -> tuple[str, list[dict[str, Any]] | None]:
+    """The measured "constants" records chosen (shipped or uploaded) and a cache key naming them; (why not, None)
+    when there are none yet."""
+    shipped, files = _shipped(str(SHIPPED_DIR))
+    use_shipped = st.checkbox(
+        f"use the shipped run ({', '.join(files)})" if files else
+        "use the shipped run: none ships yet (runners/reference/convergence/*.jsonl holds no 'constants' records)",
+        value=bool(files), disabled=not files, key="tta_shipped")
+    if use_shipped and files:
+        return "shipped:" + ",".join(files), shipped
+    up = results_uploader("tta_upload", "constants records (JSON lines of kind 'constants', commscope constants)")
+    records = [] if up is None else up.of_kind("constants")
+    if up is not None and not records:
+        st.warning("The uploaded files hold no records of kind 'constants' (commscope constants writes them).")
+    return ("upload:" + up.digest, records) if up is not None and records else ("none", None)
 
 
 def _parameter_widget(name: str, parameter: str, default: Any) -> Any:
@@ -78,6 +112,16 @@ plo, phi = c4.select_slider("p range of the map", options=P_OPTIONS, value=(2, 2
 blo, bhi = c5.select_slider("bandwidth range of the map", options=BW_OPTIONS, value=(8.0, 11.0),
                             format_func=lambda e: format_bandwidth(10.0**e), key="tta_bw_range")
 
+c6, c7 = st.columns(2)
+show = SHOW[c6.radio("show", list(SHOW), horizontal=True, key="tta_show")]
+mode = c7.radio("constants", [UNIT, MEASURED], horizontal=True, key="tta_constants")
+source, records = "unit", None
+if mode == MEASURED:
+    source, records = _measured_records()
+    if records is None:
+        st.info("No measured constants yet: upload a 'constants' JSON lines file (commscope constants --out FILE). "
+                "Unit constants are used meanwhile.")
+
 specs: list[str] = []
 constants: dict[str, float] = {}
 with st.expander("technique parameters and problem constants"):
@@ -91,7 +135,8 @@ with st.expander("technique parameters and problem constants"):
         with cols[i % 4]:
             specs.append(technique_spec(name, _parameter_widget(name, parameter, default)))
         i += 1
-    st.caption("Problem constants (n, tau, H, s, gap, delta and omega follow from p and each technique).")
+    st.caption("Problem constants (n, tau, H, s, gap, delta and omega follow from p and each technique). With "
+               "measured constants, a value changed here overrides the measured one.")
     cols = st.columns(4)
     for j, (k, (label, low, high, step)) in enumerate(PROBLEM.items()):
         v = float(cols[j].number_input(label, low, high, DEFAULT_CONSTANTS[k], step=step, format="%.4g",
@@ -107,22 +152,32 @@ items = tuple(sorted(constants.items()))
 env_json = env.to_json()
 st.subheader(f"Time to eps = {eps:g} with p = {p}")
 try:
-    table = _table(model, env_json, p, eps, tuple(specs), items)
+    table = _table(model, env_json, p, eps, tuple(specs), items, source, records)
 except cm.CommscopeError as e:
     st.warning(f"Cannot compute the time to accuracy: {e}")
     st.stop()
 st.markdown(tta_sentence(table, model, env.name, p, eps))
+st.markdown(ranking_sentence(table))
+used = ", ".join(f"{k} = {v:.4g}" for k, v in table.attrs["constants"].items())
+st.caption(f"Constants: {used}; {table.attrs['source']}.")
+if show == "ratio_to_sgd" and not np.isfinite(table["ratio_to_sgd"].astype(float)).any():
+    st.info("The ratio to SGD needs sgd among the techniques: showing seconds.")
+    show = "seconds"
 never = table.loc[~np.isfinite(table["seconds"].astype(float)), "technique"].tolist()
 if never:
     st.info(f"Never reach eps = {eps:g} (their bound stays above it): {', '.join(never)}.")
-bar = tta_bar_figure(table, title=f"{model} on {env.name}, p = {p}")
+bar = tta_bar_figure(table, title=f"{model} on {env.name}, p = {p}", metric=show)
 st.plotly_chart(bar, width="stretch", key="tta_bar")
-st.dataframe(table, hide_index=True, width="stretch", column_config={
-    "iterations": st.column_config.NumberColumn(format="%.4g"),
-    "seconds_per_iteration": st.column_config.NumberColumn("s / iteration", format="%.4g"),
-    "seconds": st.column_config.NumberColumn(format="%.4g"),
-    "ratio_to_best": st.column_config.NumberColumn("x best", format="%.3g"),
-})
+order = ["technique", "schedule", "ratio_to_sgd", "time", "seconds", "iterations", "seconds_per_iteration",
+         "ratio_to_best", "bound", "note"]
+if show == "seconds":
+    order = ["technique", "schedule", "time", "seconds", "ratio_to_sgd", *order[5:]]
+text = {k: st.column_config.TextColumn(UNITS[k][0], help=UNITS[k][1]) for k in ("technique", "schedule", "bound",
+                                                                                 "time")}
+numbers = {k: st.column_config.NumberColumn(UNITS[k][0], help=UNITS[k][1], format=f)
+           for k, f in (("iterations", "%.4g"), ("seconds_per_iteration", "%.4g"), ("seconds", "%.4g"),
+                        ("ratio_to_sgd", "%.3gx"), ("ratio_to_best", "%.3gx"))}
+st.dataframe(table, hide_index=True, width="stretch", column_order=order, column_config={**text, **numbers})
 d1, d2 = st.columns(2)
 d1.download_button("table (CSV)", partial(table.to_csv, index=False),
                    file_name=f"tta_{model}_p{p}.csv", mime="text/csv",
@@ -137,7 +192,8 @@ if bhi <= blo or phi <= plo:
     st.warning("The map needs a range of bandwidths and of p: move the right handles past the left ones.")
     st.stop()
 try:
-    grid = _map(model, env_json, (float(blo), float(bhi)), (int(plo), int(phi)), eps, tuple(specs), items)
+    grid = _map(model, env_json, (float(blo), float(bhi)), (int(plo), int(phi)), eps, tuple(specs), items, source,
+                records)
 except cm.CommscopeError as e:
     st.warning(f"Cannot compute the winner map: {e}")
     st.stop()
