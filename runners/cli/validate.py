@@ -2,6 +2,7 @@
 
     commscope validate --suite quick|full --ranks N --out DIR [--emulate 100mbit,1gbit,2500mbit,1gbit:2]
                        [--ranks-per-node K] [--threads 1] [--timeout 300] [--backend auto|gloo|nccl|gloo-cuda]
+    commscope validate --convergence [--suite quick|smoke] [--emulate RATE] [--ranks 4] [--seeds 3] --out DIR
 
 Exits 0 when every environment's job and every technique ran; otherwise 1, naming each failure.
 """
@@ -32,6 +33,11 @@ def validate_command(
     backend: Annotated[str, typer.Option(
         "--backend", help="auto (nccl with CUDA, else gloo), gloo, nccl, or gloo-cuda (several ranks on one GPU, "
         "e.g. behind emulated links)")] = "auto",
+    convergence: Annotated[bool, typer.Option(
+        "--convergence", help="train every algorithm to a target loss and accuracy behind one link (--emulate RATE), "
+        "with --seeds repetitions, and compare measured with predicted time to accuracy (ratio to SGD)")] = False,
+    seeds: Annotated[int | None, typer.Option(
+        "--seeds", help="with --convergence: seeds per algorithm (default: the suite's, 3 for quick)")] = None,
 ) -> None:
     """Sweep, fit, profile and train every technique of a suite; write predicted vs measured per environment."""
     from rich.console import Console
@@ -48,6 +54,11 @@ def validate_command(
         raise v.ValidationError(f"--timeout must be > 0 seconds, got {timeout!r}")
     command = "commscope validate " + shlex.join(sys.argv[2:] if len(sys.argv) > 2 else [])
     console = Console(stderr=True)
+    if convergence:
+        _convergence(suite, ranks, out, rates, seeds, threads, timeout, ranks_per_node, backend, command, console)
+        return
+    if seeds is not None:
+        raise v.ValidationError("--seeds is for convergence runs; add --convergence")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
         records, failures = v.validate(suite, ranks, out, rates, threads, timeout, ranks_per_node, command, progress,
@@ -55,6 +66,30 @@ def validate_command(
     rows = v.table_rows(records)
     print(v.markdown(rows, command), end="")
     print(f"wrote {len(records)} validation record(s), validation.csv and validation.md to {out}")
+    if failures:
+        for f in failures:
+            print(f"commscope: error: failed: {f}", file=sys.stderr)
+        raise SystemExit(1)
+
+
+def _convergence(suite: str, ranks: int, out: Path, rates: list[str], seeds: int | None, threads: int,
+                 timeout: float, ranks_per_node: int | None, backend: str, command: str, console: object) -> None:
+    """``--convergence``: :func:`runners.validate.convergence_driver.validate_convergence`, its report printed."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from runners.validate import ValidationError
+    from runners.validate.convergence_driver import check_inputs, validate_convergence
+
+    if backend not in ("auto", "gloo"):
+        raise ValidationError(f"--convergence trains on CPU gloo ranks: --backend must be auto or gloo, "
+                              f"got {backend!r}")
+    check_inputs(suite, ranks, out, rates, seeds, threads, timeout, ranks_per_node)  # before any progress output
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:  # type: ignore[arg-type]
+        _, failures = validate_convergence(suite, ranks, out, rates, seeds, threads, timeout, ranks_per_node,
+                                           command, progress)
+    print((out / "convergence.md").read_text(), end="")
+    print(f"wrote convergence.md, convergence.csv and convergence.jsonl to {out}")
     if failures:
         for f in failures:
             print(f"commscope: error: failed: {f}", file=sys.stderr)
