@@ -21,8 +21,6 @@ error on every rank is reported and the others go on; a failure on some ranks on
 from __future__ import annotations
 
 import gc
-import os
-import subprocess
 import sys
 import traceback
 from collections.abc import Sequence
@@ -31,7 +29,7 @@ from typing import Any
 
 from costmodels.errors import CommscopeError
 
-from .rank import PROGRESS, _agree, _profile, _say, load_plan
+from .rank import PROGRESS, _agree, _profile, _say, load_plan, torchrun_node
 
 
 def _stages(plan: dict[str, Any]) -> int:
@@ -161,15 +159,7 @@ def run(ctx: Any, plan: dict[str, Any]) -> int:
 
 
 def _node(plan_path: str) -> int:
-    """Inside ``commscope emulate`` (or on one node): torchrun this module with the node's layout."""
-    from runners.torchrun.launcher import launch_args
-
-    plan = load_plan(plan_path)
-    where, _world = launch_args(plan.get("ranks_per_node"))
-    cmd = [sys.executable, "-m", "torch.distributed.run", *where, "-m", "runners.validate.convergence_rank",
-           plan_path]
-    env = {**os.environ, "OMP_NUM_THREADS": str(plan.get("threads", 1))}
-    return subprocess.run(cmd, env=env, check=False).returncode
+    return torchrun_node(plan_path, "runners.validate.convergence_rank")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

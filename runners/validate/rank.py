@@ -201,15 +201,19 @@ def _train(ctx: Any, plan: dict[str, Any], w: dict[str, Any], name: str, options
     return not bad
 
 
-def _node(plan_path: str) -> int:
-    """Inside ``commscope emulate`` (or on one node): torchrun this module with the node's layout."""
+def torchrun_node(plan_path: str, module: str) -> int:
+    """Inside ``commscope emulate`` (or on one node): torchrun ``module`` with the node's layout from the plan."""
     from runners.torchrun.launcher import launch_args
 
     plan = load_plan(plan_path)
     where, _world = launch_args(plan.get("ranks_per_node"))
-    cmd = [sys.executable, "-m", "torch.distributed.run", *where, "-m", "runners.validate.rank", plan_path]
+    cmd = [sys.executable, "-m", "torch.distributed.run", *where, "-m", module, plan_path]
     env = {**os.environ, "OMP_NUM_THREADS": str(plan.get("threads", 1))}
     return subprocess.run(cmd, env=env, check=False).returncode
+
+
+def _node(plan_path: str) -> int:
+    return torchrun_node(plan_path, "runners.validate.rank")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
