@@ -26,6 +26,10 @@ And what overlap and dispatch cost on the hosts (issue 16; :mod:`costmodels.sche
 * ``kappa_m``: communication runs 1 + kappa_m times slower while compute runs;
 * ``host_overhead``: LogP's o (Culler et al., PPoPP 1993), seconds of the issuing thread per message,
   distinct from the network's alpha.
+
+And ``burst_bytes``: the token bucket of a shaped (inter-node, or only) link, such as the emulator's
+``tc tbf``: after idle time up to that many bytes pass at the host's speed, which hides the latency of
+back-to-back steps (:mod:`costmodels.collectives.token_bucket`). 0 (the default) for a NIC.
 """
 
 from __future__ import annotations
@@ -98,6 +102,7 @@ class Environment:
         kappa_c, kappa_m: interference (dimensionless, >= 0): compute slows by 1 + kappa_c while a
             collective is in flight, communication by 1 + kappa_m while compute runs.
         host_overhead: seconds per message on the thread that issues it (LogP's o, >= 0).
+        burst_bytes: token bucket of the shaped inter-node (or only) link, bytes (>= 0; 0: no bucket).
         name, description, source: what it is and where its numbers come from.
         metadata: free JSON-able provenance (e.g. the files and fit quality of a fitted one).
     """
@@ -121,6 +126,7 @@ class Environment:
     kappa_c: float = 0.0
     kappa_m: float = 0.0
     host_overhead: float = 0.0
+    burst_bytes: float = 0.0
     name: str = "custom"
     description: str = ""
     source: str = ""
@@ -133,6 +139,8 @@ class Environment:
         set_(self, "gamma", _check_real("gamma", self.gamma, allow_zero=True))
         for key, meaning in TERMS.items():
             set_(self, key, _check_real(f"{key} ({meaning})", getattr(self, key), allow_zero=True))
+        set_(self, "burst_bytes", _check_real("burst_bytes (token bucket of the shaped link)", self.burst_bytes,
+                                              allow_zero=True))
         set_(self, "gpus_per_node", _check_count("gpus_per_node", self.gpus_per_node))
         set_(self, "nics_per_node", _check_count("nics_per_node", self.nics_per_node))
         if (self.intra_alpha is None) != (self.intra_beta is None):
@@ -269,6 +277,8 @@ class Environment:
         if self.has_terms:
             s += (f"; kappa_c={self.kappa_c:.3g}, kappa_m={self.kappa_m:.3g}, "
                   f"o={self.host_overhead * 1e6:.3g} us")
+        if self.burst_bytes > 0:
+            s += f"; token bucket {self.burst_bytes:,.0f} B"
         if self.oversubscription > 1:
             s += f"; fat tree {self.oversubscription:g}:1" + ("" if self.nodes_per_leaf is None else
                                                            f" above {self.nodes_per_leaf} nodes per leaf")

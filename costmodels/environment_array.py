@@ -24,7 +24,8 @@ from .environment import TERMS, Environment
 from .errors import CommscopeError
 
 FIELDS = ("alpha", "beta", "gamma", "intra_alpha", "intra_beta", "gpus_per_node", "nics_per_node", "kappa_c", "kappa_m",
-          "host_overhead")
+          "host_overhead", "burst_bytes")
+DEFAULTED = (*TERMS, "burst_bytes")  # fields that default to 0 in every entry
 DESCRIPTORS = ("library", "link", "intra_link", "compute_capability", "oversubscription", "nodes_per_leaf",
                "rail_optimized", "sharp", "nvls")
 
@@ -48,7 +49,7 @@ class EnvironmentArray:
     Build one with :meth:`of` (a list of environments) or :meth:`grid` (one environment with its
     inter-node alpha and/or beta swept over an outer product); ``names`` labels each entry;
     ``descriptors`` holds the fields that are not numbers, the same for every entry. ``kappa_c``,
-    ``kappa_m`` and ``host_overhead`` (issue 16) default to 0 in every entry.
+    ``kappa_m`` and ``host_overhead`` (issue 16) and ``burst_bytes`` default to 0 in every entry.
     """
 
     alpha: np.ndarray
@@ -63,11 +64,12 @@ class EnvironmentArray:
     kappa_c: Any = 0.0
     kappa_m: Any = 0.0
     host_overhead: Any = 0.0
+    burst_bytes: Any = 0.0
 
     two_level = True  # read by the collective models: always the two-link path (see module doc)
 
     def __post_init__(self) -> None:
-        for f in TERMS:  # interference and host overhead: numbers >= 0, 0 when not given
+        for f in DEFAULTED:  # interference, host overhead and token bucket: numbers >= 0, 0 when not given
             object.__setattr__(self, f, _real(f, getattr(self, f), allow_zero=True))
         arrays = [np.asarray(getattr(self, f)) for f in FIELDS]
         try:
@@ -171,7 +173,7 @@ class EnvironmentArray:
             names[idx] = f"{base.name} (alpha={a[idx]:.3g} s, beta={b[idx]:.3g} s/B)"
         return cls(a, b, np.full(a.shape, base.gamma), ia, ib, np.full(a.shape, base.gpus_per_node),
                    np.full(a.shape, base.nics_per_node), names, {d: getattr(base, d) for d in DESCRIPTORS},
-                   **{f: np.full(a.shape, getattr(base, f)) for f in TERMS})
+                   **{f: np.full(a.shape, getattr(base, f)) for f in DEFAULTED})
 
     # ----------------------------------------------------------------- views
     @property
@@ -198,7 +200,7 @@ class EnvironmentArray:
         return Environment(float(v["alpha"]), float(v["beta"]), float(v["gamma"]),
                            float(v["intra_alpha"]) if two else None, float(v["intra_beta"]) if two else None,
                            gp, int(v["nics_per_node"]), name=str(self.names[index]),
-                           **{f: float(v[f]) for f in TERMS}, **self._descriptors_at(index))
+                           **{f: float(v[f]) for f in DEFAULTED}, **self._descriptors_at(index))
 
 
 def _field(env: Environment, name: str) -> float:

@@ -17,7 +17,7 @@ valid bound).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -30,6 +30,7 @@ from ..environment import Environment
 from ..environment_array import EnvironmentArray
 from ..errors import CommscopeError, DomainError
 from ..symbols import alpha, alpha_intra, beta, beta_intra, g, gamma, n, p, r
+from .token_bucket import token_bucket_gradient, token_bucket_time
 
 PRIMITIVES: dict[str, str] = {
     "allreduce": "n = bytes of the buffer every rank holds and receives reduced",
@@ -106,7 +107,9 @@ class Evaluator:
     """A collective's time with p, the environment(s) and parameters fixed (:meth:`Collective.evaluator`):
     ``evaluator(n)`` broadcasts n against ``shape``, the shape of everything else. An affine model keeps its
     intercept and slope over that shape (``intercept + slope * n``, the intercept NaN outside the domain),
-    any other its compiled formula, the arguments after n, and where p is outside the domain (``invalid``)."""
+    any other its compiled formula, the arguments after n, and where p is outside the domain (``invalid``).
+    Over a link with a token bucket, ``shaped`` holds what :func:`.token_bucket_time` needs besides n: the
+    compiled dT/d alpha and dT/d beta, the link's beta and its bucket (0 where unshaped)."""
 
     shape: tuple[int, ...]
     compiled: CompiledExpr
@@ -114,13 +117,22 @@ class Evaluator:
     invalid: np.ndarray | None = None
     intercept: np.ndarray | None = None
     slope: np.ndarray | None = None
+    shaped: tuple[CompiledExpr, CompiledExpr, Any, Any] | None = None
 
     def __call__(self, n_: Any) -> np.ndarray:
         sizes = np.asarray(n_, dtype=np.float64)
         if self.intercept is not None:
             return self.intercept + self.slope * sizes
         t = np.asarray(self.compiled(sizes, self.args), dtype=np.float64)
+        if self.shaped is not None:
+            d_alpha, d_beta, link_beta, burst = self.shaped
+            t = token_bucket_time(t, d_alpha(sizes, self.args), d_beta(sizes, self.args), link_beta, burst)
         return t if self.invalid is None else np.where(self.invalid, np.nan, t)
+
+    def on_rows(self, rows: Callable[[Any], Any]) -> Evaluator:
+        """The same evaluator on part of its shape: ``rows`` maps each array to that part."""
+        shaped = None if self.shaped is None else (*self.shaped[:2], rows(self.shaped[2]), rows(self.shaped[3]))
+        return replace(self, args=[rows(x) for x in self.args], invalid=rows(self.invalid), shaped=shaped)
 
 
 @dataclass(frozen=True, eq=False)
@@ -249,9 +261,13 @@ class Collective:
             vals.update({alpha: env.alpha, beta: env.beta, alpha_intra: ia, beta_intra: ib,
                          g: ge, r: np.minimum(env.nics_per_node, ge)})
             return vals, link
+        burst = np.asarray(getattr(env, "burst_bytes", 0.0), dtype=np.float64)
+        shaped = self.topology == "flat" and bool(np.any(burst > 0))
         if not env.two_level:
             vals.update({alpha: env.alpha, beta: env.beta})
             link["intra_alpha"] = link["intra_beta"] = False
+            if shaped:
+                link["burst"] = burst
             return vals, link
         assert env.intra_alpha is not None and env.intra_beta is not None
         in_node = pr <= gp
@@ -265,7 +281,17 @@ class Collective:
         if np.ndim(vals[alpha]) == 0:
             vals[alpha], vals[beta] = float(vals[alpha]), float(vals[beta])
         link["intra_alpha"], link["intra_beta"] = use_ia, use_ib
+        if shaped:  # the bucket shapes the inter-node link only
+            link["burst"] = np.where(use_ib, 0.0, burst)
         return vals, link
+
+    def _shaping(self, args: list[Any], link: Mapping[str, Any]) -> tuple[CompiledExpr, CompiledExpr, Any, Any] | None:
+        """What :func:`.token_bucket_time` needs besides n, or None over links without a bucket."""
+        if "burst" not in link:
+            return None
+        d_alpha = self._compile("d/dalpha", sp.diff(self.expr, alpha))
+        d_beta = self._compile("d/dbeta", sp.diff(self.expr, beta))
+        return d_alpha, d_beta, args[self._args.index(beta)], link["burst"]
 
     def time(self, n: Any, p: Any, env: Environment, *, out_of_domain: str = "raise",
              **params: Any) -> Any:
@@ -274,8 +300,11 @@ class Collective:
         ``out_of_domain="nan"`` returns NaN where p is outside the domain instead of raising.
         Algorithm parameters (e.g. ``k`` servers) are keyword arguments.
         """
-        nb, pr, args, invalid, _ = self._prepare(n, p, env, params, out_of_domain)
+        nb, pr, args, invalid, link = self._prepare(n, p, env, params, out_of_domain)
         t = self._compile("time", self.expr)(nb, args)
+        shaping = self._shaping(args, link)
+        if shaping is not None:
+            t = token_bucket_time(t, shaping[0](nb, args), shaping[1](nb, args), *shaping[2:])
         if invalid is not None and np.any(invalid):
             t = np.where(invalid, np.nan, t)
         shape = np.broadcast_shapes(nb.shape, pr.shape, *(np.shape(a) for a in args))
@@ -293,9 +322,14 @@ class Collective:
         :meth:`time`; used by schedule sweeps, which price thousands of messages per configuration.
         The :class:`Evaluator` keeps those parts, so that a caller can price a large grid block by block.
         """
-        _, pr, args, invalid, _ = self._prepare(0.0, p, env, params, out_of_domain)
+        _, pr, args, invalid, link = self._prepare(0.0, p, env, params, out_of_domain)
         compiled = self._compile("time", self.expr)
         shape = np.broadcast_shapes(pr.shape, *(np.shape(a) for a in args))
+        shaping = self._shaping(args, link)
+        if shaping is not None:
+            shape = np.broadcast_shapes(shape, np.shape(shaping[3]))
+            return Evaluator(shape, compiled, args, invalid if invalid is not None and np.any(invalid) else None,
+                             shaped=shaping)
         if compiled.affine:
             a, b = (np.broadcast_to(np.asarray(v, dtype=np.float64), shape) for v in compiled.coefficients(args))
             if invalid is not None and np.any(invalid):
@@ -316,9 +350,17 @@ class Collective:
         pairs = [("alpha", alpha), ("beta", beta), ("gamma", gamma)]
         if self.topology == "hierarchical":
             pairs += [("intra_alpha", alpha_intra), ("intra_beta", beta_intra)]
+        shape = np.broadcast_shapes(np.shape(nb), np.shape(pr))
+        raw = {sym: np.asarray(self._compile(f"d/d{sym.name}", sp.diff(self.expr, sym))(nb, args), dtype=np.float64)
+               * np.ones(shape) for _, sym in pairs}
+        shaping = self._shaping(args, link)
+        if shaping is not None:  # piecewise linear: the derivative of the branch of the minimum that binds
+            t0 = self._compile("time", self.expr)(nb, args)
+            steps, wire = raw[alpha], raw[beta]
+            raw = {sym: token_bucket_gradient(t0, steps, wire, shaping[2], shaping[3], d, sym is beta)
+                   for sym, d in raw.items()}
         for field_name, sym in pairs:
-            d = self._compile(f"d/d{sym.name}", sp.diff(self.expr, sym))(nb, args)
-            d = np.asarray(d, dtype=np.float64) * np.ones(np.broadcast_shapes(np.shape(nb), np.shape(pr)))
+            d = raw[sym]
             if self.topology != "hierarchical" and field_name in ("alpha", "beta") and env.two_level:
                 use_intra = np.broadcast_to(link[f"intra_{field_name}"], d.shape)
                 out[f"intra_{field_name}"] = np.where(use_intra, d, 0.0)

@@ -17,7 +17,7 @@ evaluated once per run of equal rows (:mod:`.runs`). Each is exact: the prices a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import reduce
 from math import prod
 from typing import Any
@@ -151,7 +151,8 @@ def registered_option(algorithm: str, p: Any, env: Environment | EnvironmentArra
             return t, t
         if rows is None:
             t = evaluate(n)
-        elif np.ndim(rows.sizes) < rows.ndim or np.shape(rows.sizes)[0] == 1:  # sizes alike on every row
+        elif evaluate.shaped is None and (np.ndim(rows.sizes) < rows.ndim or np.shape(rows.sizes)[0] == 1):
+            # sizes alike on every row
             if rows.ndim not in runs:
                 runs[rows.ndim] = Runs.of(evaluate.compiled, evaluate.args, rows.ndim)
             t = _on_rows(evaluate, rows, runs[rows.ndim])
@@ -173,7 +174,7 @@ def registered_option(algorithm: str, p: Any, env: Environment | EnvironmentArra
 def _on_rows(evaluate: Evaluator, rows: Rows, runs: Runs | None) -> np.ndarray:
     """A formula not affine in n on the rows ``rows``: once per run of equal rows where there are runs."""
     if runs is None:
-        return replace(evaluate, args=[rows(x) for x in evaluate.args], invalid=rows(evaluate.invalid))(rows.sizes)
+        return evaluate.on_rows(rows)(rows.sizes)
     t = np.asarray(runs(rows.start, rows.stop, rows.sizes), dtype=np.float64)
     return t if evaluate.invalid is None else np.where(rows(evaluate.invalid), np.nan, t)
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from costmodels.errors import CommscopeError
 
-from .rank import PROGRESS, _agree, _profile, _say, load_plan, torchrun_node
+from .rank import PROGRESS, _agree, _profile, _say, fit_link, load_plan, sweep_sizes, torchrun_node
 
 
 def _stages(plan: dict[str, Any]) -> int:
@@ -54,30 +54,24 @@ def _guarded(ctx: Any, what: str, fn: Any) -> bool:
     return not bad
 
 
+LINK_FIT = {"fit_method": "two_regimes", "fit_algorithm": "ring_allreduce,ring_allgather", "fit_statistic": "mean"}
+
+
 def _sweep_and_fit(ctx: Any, plan: dict[str, Any]) -> None:
     """The link's collectives swept and fitted in two regimes (alpha below 64 KiB, beta from 256 KiB)."""
-    import costmodels as cm
     from runners import results
-    from runners.measure import fit, sweep
+    from runners.measure import sweep
 
     sw, records = plan["sweep"], Path(plan["records"])
-    lo, hi, factor = cm.parse_size(sw["min_size"]), cm.parse_size(sw["max_size"]), float(sw["factor"])
-    sizes = [lo]
-    while sizes[-1] * factor <= hi:
-        sizes.append(int(sizes[-1] * factor))
+    sizes = sweep_sizes(sw)
     for part, iters in (([n for n in sizes if n < sw["latency_bytes"]], sw["latency_iters"]),
                         ([n for n in sizes if n >= sw["latency_bytes"]], sw["iters"])):
         if part:
-            sweep.sweep(ctx, sweep.make_options(op=sw["ops"], min_size=part[0], max_size=part[-1], factor=factor,
-                                                warmup=sw["warmup"], iters=iters, out=str(records),
-                                                timeout=plan["timeout"]))
+            sweep.sweep(ctx, sweep.make_options(op=sw["ops"], min_size=part[0], max_size=part[-1],
+                                                factor=float(sw["factor"]), warmup=sw["warmup"], iters=iters,
+                                                out=str(records), timeout=plan["timeout"]))
     if ctx.rank == 0:
-        how = dict(primitive=sw["ops"], algorithm="ring_allreduce,ring_allgather", name=plan["environment_name"],
-                   statistic="mean")
-        if sizes[-1] >= fit.BANDWIDTH_FROM and sizes[0] < sw["latency_bytes"]:
-            res = fit.fit_two_regimes([str(records)], latency_below=sw["latency_bytes"], **how)
-        else:
-            res = fit.fit([str(records)], **how)
+        res = fit_link(records, {**plan, **LINK_FIT})
         res.environment.save(plan["environment"])
         results.append(records, [res.record()])
         print(f"# {res.summary()}", flush=True)

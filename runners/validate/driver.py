@@ -15,6 +15,7 @@ from runners import results
 from runners.measure import host_load
 
 from .prediction import compare
+from .rank import fit_link
 from .report import write_tables
 from .suite import SUITES, Suite, ValidationError, env_label, job_command, make_plan, profile_file
 
@@ -146,6 +147,9 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
         if not (envdir / "environment.json").exists():
             continue
         env = cm.Environment.load(envdir / "environment.json")
+        if "sweep" in plan and (envdir / "records.jsonl").is_file():  # today's link model, fitted again
+            env = fit_link(envdir / "records.jsonl", plan).environment
+            env.save(envdir / "environment.json")
         profs = {model: cm.load_profile(profile_file(envdir, i, model))
                  for i, (model, _) in enumerate(s.workloads) if profile_file(envdir, i, model).exists()}
         if not profs:
@@ -169,8 +173,9 @@ def _host_note(label: str, load: dict[str, Any]) -> str:
 
 
 def repredict(out: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Predict a finished validation again with today's models: every environment directory's records, fitted
-    environment and profiles go through :func:`compare` once more, and ``validation.jsonl``, ``.csv`` and ``.md``
+    """Predict a finished validation again with today's models: every environment directory's link is fitted again
+    to its sweep (``environment.json`` replaced, atomically), and its records, that environment and its profiles
+    go through :func:`compare` once more, and ``validation.jsonl``, ``.csv`` and ``.md``
     are replaced (each written beside and renamed over the old one, so a failure leaves the old files whole).
     The measurements are not touched. The command and the notes of the old ``validation.md`` are kept, the
     host notes refreshed from each ``host_load.json``."""
@@ -192,6 +197,9 @@ def repredict(out: str | os.PathLike[str]) -> list[dict[str, Any]]:
         if not (envdir / "environment.json").is_file():
             continue
         env = cm.Environment.load(envdir / "environment.json")
+        if "sweep" in plan and (envdir / "records.jsonl").is_file():  # today's link model, fitted again
+            env = fit_link(envdir / "records.jsonl", plan).environment
+            env.save(envdir / "environment.json")
         profs = {w["model"]: cm.load_profile(profile_file(envdir, i, w["model"]))
                  for i, w in enumerate(plan.get("workloads", [])) if profile_file(envdir, i, w["model"]).is_file()}
         if not profs:

@@ -65,11 +65,42 @@ def _agree(ctx: Any, error: str | None) -> list[str | None]:
     return errors
 
 
+def sweep_sizes(sw: dict[str, Any]) -> list[int]:
+    """The message sizes of a plan's sweep: ``min_size`` times ``factor`` to the k, up to ``max_size``."""
+    import costmodels as cm
+
+    lo, hi, factor = cm.parse_size(sw["min_size"]), cm.parse_size(sw["max_size"]), float(sw["factor"])
+    sizes = [lo]
+    while sizes[-1] * factor <= hi:
+        sizes.append(int(sizes[-1] * factor))
+    return sizes
+
+
+def fit_link(records: Path, plan: dict[str, Any]) -> Any:
+    """The link's environment fitted to its sweep as the plan says (``fit_method: two_regimes``: alpha from the
+    latency-bound sizes, beta from the bandwidth-bound ones, where the sweep reaches both; else one fit)."""
+    import costmodels as cm
+    from runners.measure import fit
+
+    sw = plan["sweep"]
+    lat_bytes = int(sw.get("latency_bytes", 0))
+    sizes = sweep_sizes(sw)
+    how = dict(primitive=sw["ops"], algorithm=plan.get("fit_algorithm"), name=plan.get("environment_name"),
+               statistic=plan.get("fit_statistic", "median"))
+    two = sizes[-1] >= fit.BANDWIDTH_FROM and sizes[0] < (lat_bytes or fit.LATENCY_BELOW)
+    if plan.get("fit_method") == "two_regimes" and not two:
+        print(f"# note: the sweep ({cm.format_size(sizes[0])} to {cm.format_size(sizes[-1])}) does not reach "
+              f"both regimes (below {cm.format_size(lat_bytes or fit.LATENCY_BELOW)}, from "
+              f"{cm.format_size(fit.BANDWIDTH_FROM)}): one fit over every size", flush=True)
+    if plan.get("fit_method") == "two_regimes" and two:
+        return fit.fit_two_regimes([str(records)], latency_below=lat_bytes or fit.LATENCY_BELOW, **how)
+    return fit.fit([str(records)], **how)
+
+
 def run(ctx: Any, plan: dict[str, Any]) -> int:
     """Run the plan's stages on this rank; returns the exit code (1 if a technique failed)."""
-    import costmodels as cm
     from runners import results
-    from runners.measure import fit, sweep
+    from runners.measure import sweep
 
     workloads = plan.get("workloads") or [{"model": plan["model"], "batch_size": plan["batch_size"],
                                            "profile_path": plan["profile_path"], "techniques": plan["techniques"]}]
@@ -81,15 +112,12 @@ def run(ctx: Any, plan: dict[str, Any]) -> int:
     sw = plan["sweep"]
     _say(ctx, f"{PROGRESS}stage 1/{stages}: sweep {','.join(sw['ops'])}")
     lat_bytes = int(sw.get("latency_bytes", 0))
-    lo, hi, factor = cm.parse_size(sw["min_size"]), cm.parse_size(sw["max_size"]), float(sw["factor"])
-    sizes = [lo]
-    while sizes[-1] * factor <= hi:
-        sizes.append(int(sizes[-1] * factor))
+    sizes = sweep_sizes(sw)
     small = [n for n in sizes if n < lat_bytes]  # latency-bound sizes: more iterations
     large = [n for n in sizes if n >= lat_bytes]
     for part, iters in ((small, sw.get("latency_iters", sw["iters"])), (large, sw["iters"])):
         if part:
-            opts = sweep.make_options(op=sw["ops"], min_size=part[0], max_size=part[-1], factor=factor,
+            opts = sweep.make_options(op=sw["ops"], min_size=part[0], max_size=part[-1], factor=float(sw["factor"]),
                                       warmup=sw["warmup"], iters=iters, out=str(records), timeout=plan["timeout"])
             sweep.sweep(ctx, opts)
 
@@ -97,17 +125,7 @@ def run(ctx: Any, plan: dict[str, Any]) -> int:
     env_error: str | None = None
     if ctx.rank == 0:
         try:
-            how = dict(primitive=sw["ops"], algorithm=plan.get("fit_algorithm"), name=plan.get("environment_name"),
-                       statistic=plan.get("fit_statistic", "median"))
-            two = sizes[-1] >= fit.BANDWIDTH_FROM and sizes[0] < (lat_bytes or fit.LATENCY_BELOW)
-            if plan.get("fit_method") == "two_regimes" and not two:
-                print(f"# note: the sweep ({cm.format_size(sizes[0])} to {cm.format_size(sizes[-1])}) does not reach "
-                      f"both regimes (below {cm.format_size(lat_bytes or fit.LATENCY_BELOW)}, from "
-                      f"{cm.format_size(fit.BANDWIDTH_FROM)}): one fit over every size", flush=True)
-            if plan.get("fit_method") == "two_regimes" and two:  # alpha: latency-bound sizes; beta: bandwidth-bound
-                res = fit.fit_two_regimes([str(records)], latency_below=lat_bytes or fit.LATENCY_BELOW, **how)
-            else:
-                res = fit.fit([str(records)], **how)
+            res = fit_link(records, plan)
             res.environment.save(plan["environment"])
             results.append(records, [res.record()])
             print(f"# {res.summary()}", flush=True)

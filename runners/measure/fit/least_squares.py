@@ -28,12 +28,12 @@ from .records import _Data
 from .result import PARAMS, FittedParameter
 
 
-def _env(theta: Mapping[str, float], g: int) -> cm.Environment:
+def _env(theta: Mapping[str, float], g: int, burst: float = 0.0) -> cm.Environment:
     beta = max(theta["beta"], 1e-300)
     if g > 1:
         return cm.Environment(alpha=theta["alpha"], beta=beta, gamma=theta["gamma"], intra_alpha=theta["intra_alpha"],
-                              intra_beta=max(theta["intra_beta"], 1e-300), gpus_per_node=g)
-    return cm.Environment(alpha=theta["alpha"], beta=beta, gamma=theta["gamma"])
+                              intra_beta=max(theta["intra_beta"], 1e-300), gpus_per_node=g, burst_bytes=burst)
+    return cm.Environment(alpha=theta["alpha"], beta=beta, gamma=theta["gamma"], burst_bytes=burst)
 
 
 def _linear(c: cm.Collective) -> bool:
@@ -77,7 +77,9 @@ class _Fit:
     cond: float
 
 
-def _fit_one(d: _Data, algos: dict[str, str], g: int, gamma_fixed: float | None) -> _Fit:
+def _fit_one(d: _Data, algos: dict[str, str], g: int, gamma_fixed: float | None, burst: float = 0.0) -> _Fit:
+    """One combination of algorithms fitted; ``burst``: the token bucket of the records' shaped link, bytes
+    (:mod:`costmodels.collectives.token_bucket`; the model is then piecewise linear, fitted by Gauss-Newton)."""
     from scipy import optimize, special
 
     for q, name in algos.items():
@@ -94,13 +96,13 @@ def _fit_one(d: _Data, algos: dict[str, str], g: int, gamma_fixed: float | None)
             bad = sorted(set(d.p[m][np.isnan(t)].tolist()))
             where = c.domain.describe() if c.topology != "hierarchical" else f"p a multiple of {g} (or at most {g})"
             raise _SkipError(f"{name} is defined for {where}; the records have p = {', '.join(map(str, bad))}")
-    linear = all(_linear(cm.collective(a)) for a in algos.values())
+    linear = burst == 0 and all(_linear(cm.collective(a)) for a in algos.values())
     # a rough start from the data: y ~ a + b n over all records (relative weights)
     w = 1.0 / d.y
     a0 = optimize.lsq_linear(np.column_stack([w, d.n * w]), np.ones_like(w), bounds=(0, np.inf)).x
     guess = {"alpha": max(a0[0] / 4, 1e-7), "beta": max(a0[1] / 2, 1e-13), "gamma": gamma_fixed or 0.0}
     guess["intra_alpha"], guess["intra_beta"] = guess["alpha"], guess["beta"]
-    cols = _design(d, algos, _env(guess, g))
+    cols = _design(d, algos, _env(guess, g, burst))
     free, tied, why, cond = _identify(cols, d, g, gamma_fixed, algos)
     fixed = {k: 0.0 for k in PARAMS if k not in free and k not in tied}
     if gamma_fixed is not None:
@@ -140,7 +142,7 @@ def _fit_one(d: _Data, algos: dict[str, str], g: int, gamma_fixed: float | None)
             start = full(u)
             if start["beta"] <= 0:
                 break
-            A_i, target_i = weighted(_design(d, algos, _env(start, g)))
+            A_i, target_i = weighted(_design(d, algos, _env(start, g, burst)))
             if not np.all(np.isfinite(A_i)):
                 break
             s_i = np.linalg.norm(A_i, axis=0)
@@ -148,14 +150,14 @@ def _fit_one(d: _Data, algos: dict[str, str], g: int, gamma_fixed: float | None)
         scale = np.where(u > 0, 1.0 / np.maximum(u, 1e-300), scale)
 
         def residual(v: np.ndarray) -> np.ndarray:
-            return _predict(d, algos, _env(full(v / scale), g)) * w - 1.0
+            return _predict(d, algos, _env(full(v / scale), g, burst)) * w - 1.0
 
         sol = optimize.least_squares(residual, u * scale, bounds=(0, np.inf), method="trf", jac="2-point",
                                      x_scale=1.0, xtol=1e-12, ftol=1e-12, gtol=1e-12)
         theta_u = sol.x / scale
         J = sol.jac * scale
     theta = full(theta_u)
-    env = _env(theta, g)
+    env = _env(theta, g, burst)
     pred = _predict(d, algos, env)
     rel = (pred - d.y) / d.y
     rss = float(np.sum(rel**2))

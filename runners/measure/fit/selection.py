@@ -94,8 +94,8 @@ def _run_info(d: _Data, g: int) -> dict[str, Any]:
 
 
 def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: str | Sequence[str] | None = None, *,
-        min_bytes: int | str = 0, gamma: Any = "auto", name: str | None = None, statistic: str = "median"
-        ) -> FitResult:
+        min_bytes: int | str = 0, gamma: Any = "auto", name: str | None = None, statistic: str = "median",
+        burst: float | None = None) -> FitResult:
     """Fit the environment of a cost model to measured collective records.
 
     Args:
@@ -112,6 +112,8 @@ def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: s
         name: the environment's name (default ``fitted:<file stems>``).
         statistic: the time of a record fitted: ``"median"`` (``time_s``) or ``"mean"`` of its
             per-iteration times (see :func:`record_time`).
+        burst: the token bucket of the link in bytes (:mod:`costmodels.collectives.token_bucket`); None: the
+            records' network spec says (an emulated link's ``tc tbf``; 0 for a NIC).
     """
     if statistic not in STATISTICS:
         raise CommscopeError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
@@ -140,6 +142,12 @@ def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: s
     if len(combos) > MAX_COMBINATIONS:
         raise CommscopeError(f"{len(combos)} algorithm combinations to try (more than {MAX_COMBINATIONS}); name the "
                              "algorithm of some primitives")
+    nets = [r.get("network") for r in d.runs]
+    network = nets[0] if nets else None
+    burst = link_burst(network) if burst is None else float(burst)
+    if burst:
+        notes.append(f"the link's token bucket ({burst:,.0f} B, tc tbf) is part of the model: latency hidden behind "
+                     "back-to-back sends (costmodels.collectives.token_bucket)")
     fits: list[_Fit] = []
     ranking: list[Candidate] = []
     errors: list[str] = []
@@ -147,7 +155,7 @@ def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: s
         algos = dict(zip(present, combo, strict=True))
         label = "+".join(combo)
         try:
-            f = _fit_one(d, algos, g, gamma_fixed)
+            f = _fit_one(d, algos, g, gamma_fixed, burst)
         except _SkipError as exc:
             ranking.append(Candidate(label, algos, skipped=str(exc)))
             errors.append(str(exc))
@@ -183,8 +191,6 @@ def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: s
     # files, network
     total = Counter(f for _, f in pairs if f is not None)
     files = _files(paths, d, total)
-    nets = [r.get("network") for r in d.runs]
-    network = nets[0] if nets else None
     stems = "+".join(Path(p).stem for p in paths) if paths else "records"
     res = FitResult(
         environment=cm.Environment(alpha=1.0, beta=1.0),  # replaced below, once the metadata is known
@@ -198,7 +204,7 @@ def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: s
         ranking=ranking if len(combos) > 1 else [], files=files, notes=notes, bad=bad, two_level=g > 1,
         ranks_per_node=g, world_sizes=sorted(set(d.p.tolist())), network=network, run=_run_info(d, g),
         min_bytes=min_b, verdict=verdict)
-    env = _env(best.theta, g)
+    env = _env(best.theta, g, burst)
     description = (f"{res.algorithm} fitted to {res.records} {'/'.join(present)} record(s) of {stems} "
                    f"(p = {', '.join(map(str, res.world_sizes))}): RMS relative error {res.rms_rel_error:.2%}, "
                    f"max {res.max_rel_error:.2%}, R^2 {r2:.5f}")
@@ -212,6 +218,13 @@ def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: s
     res.environment = env.with_(name=name or f"fitted:{stems}", description=description, source=source,
                                 metadata=res.metadata(), library=library)
     return res
+
+
+def link_burst(network: Any) -> float:
+    """Bytes of the token bucket that shapes an emulated link (``qdisc.tbf.burst_bytes`` of the records' network
+    spec), 0 for a link without one (a NIC, or records without a network spec)."""
+    burst = ((network.get("qdisc") or {}).get("tbf") or {}).get("burst_bytes") if isinstance(network, Mapping) else None
+    return float(burst) if isinstance(burst, (int, float)) and not isinstance(burst, bool) and burst > 0 else 0.0
 
 
 WIRE_TOLERANCE = 0.97  # a fitted beta below 97% of the wire's cost per byte is physically implausible

@@ -13,7 +13,7 @@ from costmodels.errors import CommscopeError
 from .least_squares import _predict
 from .records import _gather, _primitives, _select
 from .result import METHOD, FitResult
-from .selection import fit
+from .selection import fit, link_burst
 
 LATENCY_BELOW = 64 * 1024  # sizes below: latency-bound (alpha)
 BANDWIDTH_FROM = 256 * 1024  # sizes from: bandwidth-bound (beta, gamma)
@@ -33,7 +33,9 @@ def fit_two_regimes(records: Any, primitive: str | Sequence[str] = "allreduce",
     ``bandwidth_from``, with that alpha kept from the first fit: Hockney's classic procedure (R. W.
     Hockney, "The communication challenge for MPP", Parallel Computing 20(3), 1994: latency from
     short messages, asymptotic bandwidth from long ones). The result's residuals and errors are those
-    of the combined environment over all records of the primitives.
+    of the combined environment over all records of the primitives. Records of a link whose token bucket is
+    known (an emulated link's network spec) get one fit over every size instead: the model then includes the
+    bucket (:mod:`costmodels.collectives.token_bucket`), which explains both regimes.
     """
     lo_b, hi_b = cm.parse_size(latency_below), cm.parse_size(bandwidth_from)
     if not 0 < lo_b <= hi_b:
@@ -41,10 +43,17 @@ def fit_two_regimes(records: Any, primitive: str | Sequence[str] = "allreduce",
     pairs, _bad, _paths = _gather(records)
     prims = _primitives(primitive)
     coll = [r for r, _ in pairs if r.get("kind") == "collective" and r["config"].get("op") in prims]
+    burst = link_burst(coll[0]["run"].get("network")) if coll else 0.0
+    if burst:  # the bucket is in the model, which then explains both regimes at once: one fit over every size
+        res = fit(records, prims, algorithm, statistic=statistic, name=name)
+        res.notes.append(f"one fit over every size, not two regimes: the link's token bucket ({burst:,.0f} B) that "
+                         "made the sizes in between faster than alpha-beta is part of the model")
+        return res
     small = [r for r in coll if int(r["config"]["bytes"]) < lo_b]
     if not small:
         raise CommscopeError(f"no {'/'.join(prims)} records below {cm.format_size(lo_b)} to fit the latency to")
-    lat = fit(small, prims, algorithm, gamma=0.0, statistic=statistic, name=name)
+    # latency-bound sizes: what beta does there is noise (and under a token bucket nothing), so no bucket here
+    lat = fit(small, prims, algorithm, gamma=0.0, statistic=statistic, name=name, burst=0.0)
     bw = fit(records, prims, algorithm, min_bytes=hi_b, statistic=statistic, name=name)
     env = bw.environment.with_(alpha=lat.environment.alpha)
     d, _ = _select([(r, None) for r in coll], prims, 0, [], [], statistic)
