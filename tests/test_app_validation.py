@@ -185,8 +185,9 @@ def test_page_with_old_records_shows_prediction_a_only(old) -> None:
 def test_shipped_reference_run_shows_three_predictions() -> None:
     at = open_page("views/measured.py")
     assert not at.error
-    assert [m.label for m in at.metric] == [f"fastest predicted right, {validate.report.LABELS[k]}"
-                                            for k in ("calibrated", "sweep", "defaults")]
+    # the metrics come ranked by how often each prediction names the fastest technique (an order the data sets)
+    assert sorted(m.label for m in at.metric) == sorted(f"fastest predicted right, {validate.report.LABELS[k]}"
+                                                        for k in ("calibrated", "sweep", "defaults"))
     regimes = next(d.value for d in at.dataframe if "regime" in d.value.columns)
     assert {"communication-bound", "mixed"} <= set(regimes["regime"])
 

@@ -192,7 +192,13 @@ def repredict(out: str | os.PathLike[str]) -> list[dict[str, Any]]:
     head = text[:next((i for i, ln in enumerate(text) if ln.startswith("|")), len(text))]  # notes precede tables
     notes = [ln[2:] for ln in head if ln.startswith("- ") and not ln.startswith("- host, ")]
     records: list[dict[str, Any]] = []
-    for envdir in sorted(d for d in outdir.iterdir() if (d / "plan.json").is_file()):
+    order: dict[str, int] = {}  # the run's order of environments, as its old table has them
+    if (outdir / "validation.jsonl").is_file():
+        for r in results.load(outdir / "validation.jsonl").records:
+            order.setdefault(str(r["config"].get("environment")), len(order))
+    envdirs = sorted((d for d in outdir.iterdir() if (d / "plan.json").is_file()),
+                     key=lambda d: (order.get(d.name, len(order)), d.name))
+    for envdir in envdirs:
         plan = json.loads((envdir / "plan.json").read_text())
         if not (envdir / "environment.json").is_file():
             continue
