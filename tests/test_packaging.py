@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +73,22 @@ def test_require_names_the_runners_extra_for_torch() -> None:
             print(exc)
     """)
     assert "collective sweeps needs torch" in out.stdout and "commscope[runners]" in out.stdout
+
+
+def test_every_data_file_of_the_packages_is_package_data() -> None:
+    """A file the packages ship (a reference run, a profile, a published table) must match a package-data pattern,
+    or an installed (non-editable) commscope lacks it: records.jsonl.gz of the shipped convergence run did."""
+    import fnmatch
+
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    conf = tomllib.loads((root / "pyproject.toml").read_text())
+    patterns = conf["tool"]["setuptools"]["package-data"]["*"]
+    missing = []
+    for package in ("costmodels", "convergence", "runners", "app"):
+        for f in (root / package).rglob("*"):
+            if f.is_file() and f.suffix not in (".py", ".pyc") and "__pycache__" not in f.parts:
+                if not any(fnmatch.fnmatch(f.name, pat) for pat in patterns):
+                    missing.append(str(f.relative_to(root)))
+    assert not missing, f"not package data: {missing}"
