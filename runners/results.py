@@ -35,7 +35,7 @@ from costmodels.errors import CommscopeError
 
 SCHEMA = "commscope.result/1"
 SCHEMA_MAJOR = 1
-KINDS = ("collective", "profile", "iteration", "convergence", "environment", "validation", "constants")
+KINDS = ("collective", "profile", "iteration", "convergence", "environment", "validation", "constants", "llm")
 NETWORK_VARIABLE = "COMMSCOPE_NETWORK"  # JSON spec of the emulated network, set by `commscope emulate`
 
 # kind -> part -> {field: (types, constraint description or None)}
@@ -66,6 +66,10 @@ FIELDS: dict[str, dict[str, dict[str, tuple[tuple[type, ...], str | None]]]] = {
     "validation": {
         "config": {"technique": ((str,), None), "environment": ((str,), None), "world_size": ((int,), ">0")},
         "result": {"measured_s": (_NUM, ">0")},
+    },
+    "llm": {  # a large-model training run's throughput (published tables: runners/reference/published)
+        "config": {"model": ((str,), None), "gpus": ((int,), ">0"), "plan": ((dict,), None)},
+        "result": {"tflops_per_gpu": (_NUM, ">0")},
     },
     "constants": {  # runners.constants: problem constants of the convergence bounds measured on real training
         "config": {"model": ((str,), None), "dataset": ((str,), None), "batch_size": ((int,), ">0"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from costmodels.llm import published
+from costmodels.llm import published, published_llama3
 from costmodels.llm.iteration import ACHIEVED
 
 GOAL = 0.10  # issue 18: median error <= 10% on achieved TFLOP/s per GPU
@@ -43,3 +43,54 @@ def test_predicted_tflops_per_gpu_within_30_percent():
 def test_median_error_meets_goal():
     errors, report = _errors()
     assert np.median(np.abs(errors)) <= GOAL, report
+
+
+# ------------------------------------------------------------------ Dubey et al. 2024 (Llama 3 405B), Table 4
+def test_llama3_table_transcribed_with_citation():
+    t = published_llama3.table()
+    assert "Llama 3 Herd" in t["citation"] and "Table 4" in t["citation"]
+    assert [(r["gpus"], r["cp"], r["tflops_per_gpu"]) for r in t["rows"]] == [(8192, 1, 430), (16384, 1, 400),
+                                                                             (16384, 16, 380)]
+    for row in t["rows"]:  # the table's own arithmetic
+        assert row["tp"] * row["cp"] * row["pp"] * row["dp"] == row["gpus"]
+        tokens = row["dp"] * row["batch_per_dp"] * row["seq_len"]
+        assert abs(tokens / 2**20 - row["tokens_per_batch_M"]) < 0.05 * row["tokens_per_batch_M"]
+        assert abs(100 * row["tflops_per_gpu"] / t["common"]["peak_tflops"] - row["mfu_percent"]) < 1.0
+
+
+def test_llama3_rows_are_under_predicted_by_the_single_achieved_fraction():
+    """Every row predicted below the published TFLOPs per GPU, within 40%, whatever the unprinted virtual stages:
+    the 0.48 achieved fraction (a V100 figure of 2020) is far below what H100 GEMMs of hidden size 16,384 reach
+    (the published 430 TFLOPs is 43% of peak *after* the bubble and the exposed communication)."""
+    rows = published_llama3.compare()
+    report = ", ".join(f"{c.row['gpus']} GPUs cp{c.row['cp']}: {c.predicted:.0f} [{c.low:.0f}-{c.high:.0f}] vs "
+                       f"{c.published:.0f} ({c.error:+.1%})" for c in rows)
+    for c in rows:
+        assert c.low <= c.predicted <= c.high, report
+        assert -0.40 <= c.error < 0.0 and c.high < c.published, report
+
+
+@pytest.mark.xfail(strict=True, reason="Llama 3 Table 4 under-predicted by 28-35% (v = 2): the achieved fraction of "
+                   "peak is one constant (0.48) where H100 kernels at hidden 16,384 reach far more; the wrong term "
+                   "of Table 1's pipeline rows")
+def test_llama3_median_error_meets_goal():
+    errors = np.array([c.error for c in published_llama3.compare()])
+    assert np.median(np.abs(errors)) <= GOAL
+
+
+def test_published_llm_records_are_in_sync_with_the_tables():
+    import importlib.util
+    from pathlib import Path
+
+    from runners import results
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("make_llm", root / "tools" / "make_published_llm_records.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main(["--check"]) == 0, "run tools/make_published_llm_records.py"
+    loaded = results.load(root / "runners" / "reference" / "published" / "llm_records.jsonl")
+    assert not loaded.bad and len(loaded.records) == 13
+    assert {r["origin"] for r in loaded.records} == {"published"}
+    assert {r["table"] for r in loaded.records} == {"narayanan2021-table1", "dubey2024-llama3-table4"}
+    assert all(r["citation"]["source"] and r["result"]["tflops_per_gpu"] > 0 for r in loaded.records)

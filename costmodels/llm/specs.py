@@ -184,6 +184,13 @@ LLM_SPECS.register(TransformerSpec(
     source="Dubey et al. 2024, 'The Llama 3 Herd of Models', Table 3 (80 layers, model dim 8192, FFN 28672, "
            "64 heads, 8 KV heads, SwiGLU); sequence 8192 and batch 4M tokens as for llama3-8b"))
 LLM_SPECS.register(TransformerSpec(
+    name="llama3-405b", layers=126, hidden=16384, heads=128, kv_heads=8, ffn=53248, gated=True, seq_len=8192,
+    vocab=128256, global_batch=2048,
+    description="Llama 3 405B",
+    source="Dubey et al. 2024, 'The Llama 3 Herd of Models', Table 3 (126 layers, model dim 16384, FFN 53248, "
+           "128 heads, 8 KV heads, SwiGLU, vocabulary 128K); sequence 8192 and batch 2048 x 8192 = 16M tokens: the "
+           "first rows of Table 4"))
+LLM_SPECS.register(TransformerSpec(
     name="mixtral-8x7b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, gated=True, seq_len=32768,
     vocab=32000, global_batch=128, experts=8, top_k=2, expert_ffn=14336, moe_layers=32,
     description="Mixtral 8x7B (sparse mixture of experts)",
