@@ -24,7 +24,16 @@ from .common import (
     parse_sizes,
     resolve_env,
 )
-from .tables import add_vs_best, check_finite, check_format, sort_help, sort_rows, vs_best_text, write_csv
+from .tables import (
+    add_vs_best,
+    check_finite,
+    check_format,
+    overflow_checked,
+    sort_help,
+    sort_rows,
+    vs_best_text,
+    write_csv,
+)
 
 COLLECTIVE_SORT = {"time": ("time_s", False), "vs-best": ("vs_best", False), "busbw": ("busbw_GBps", True),
                    "algbw": ("algbw_GBps", True), "size": ("bytes", False), "p": ("p", False),
@@ -81,31 +90,32 @@ def predict_collective(
     if library is not None and "auto" not in names:
         raise UsageError("--library chooses the algorithm of 'auto': add -a auto")
     rows: list[dict[str, Any]] = []
-    for ranks in p:
-        for name in names:
-            if name == "auto":
-                pick = cm.choose(primitive, sizes, ranks, environment, **params)
-                algos, times = list(pick.algorithm), [float(x) for x in pick.time]
-                chosen = {"library": pick.library, "protocol": list(pick.protocol),
-                          "channels": [int(c) for c in pick.channels]}
-                prim = primitive
-            else:
-                c = cm.collective(name)
-                mine = {k: v for k, v in params.items() if k in {q.name for q in c.params}}
-                t = c.time(sizes, ranks, environment, **mine)
-                algos, times = [c.name] * len(sizes), [float(x) for x in t]
-                chosen, prim = None, c.primitive
-            factor_ = cm.busbw_factor(prim, ranks) if prim in ("allreduce", "reduce_scatter", "allgather",
-                                                                 "all_to_all", "broadcast", "reduce") else None
-            for i, (nbytes, algo, t) in enumerate(zip(sizes, algos, times, strict=False)):
-                bw = nbytes / t if t > 0 else None  # nothing to move (p = 1 or n = 0): no bandwidth
-                row = {"algorithm": algo, "p": ranks, "bytes": nbytes, "size": cm.format_size(nbytes),
-                       "time_s": t, "algbw_GBps": None if bw is None else bw / 1e9,
-                       "busbw_GBps": None if factor_ is None or bw is None else bw * factor_ / 1e9}
-                if chosen is not None:
-                    row.update(library=chosen["library"], protocol=chosen["protocol"][i],
-                               channels=chosen["channels"][i])
-                rows.append(row)
+    with overflow_checked():  # an overflow is one error below (check_finite), not warnings
+        for ranks in p:
+            for name in names:
+                if name == "auto":
+                    pick = cm.choose(primitive, sizes, ranks, environment, **params)
+                    algos, times = list(pick.algorithm), [float(x) for x in pick.time]
+                    chosen = {"library": pick.library, "protocol": list(pick.protocol),
+                              "channels": [int(c) for c in pick.channels]}
+                    prim = primitive
+                else:
+                    c = cm.collective(name)
+                    mine = {k: v for k, v in params.items() if k in {q.name for q in c.params}}
+                    t = c.time(sizes, ranks, environment, **mine)
+                    algos, times = [c.name] * len(sizes), [float(x) for x in t]
+                    chosen, prim = None, c.primitive
+                factor_ = cm.busbw_factor(prim, ranks) if prim in ("allreduce", "reduce_scatter", "allgather",
+                                                                     "all_to_all", "broadcast", "reduce") else None
+                for i, (nbytes, algo, t) in enumerate(zip(sizes, algos, times, strict=False)):
+                    bw = nbytes / t if t > 0 else None  # nothing to move (p = 1 or n = 0): no bandwidth
+                    row = {"algorithm": algo, "p": ranks, "bytes": nbytes, "size": cm.format_size(nbytes),
+                           "time_s": t, "algbw_GBps": None if bw is None else bw / 1e9,
+                           "busbw_GBps": None if factor_ is None or bw is None else bw * factor_ / 1e9}
+                    if chosen is not None:
+                        row.update(library=chosen["library"], protocol=chosen["protocol"][i],
+                                   channels=chosen["channels"][i])
+                    rows.append(row)
     check_finite(rows, ("time_s",), lambda r: f"{r['algorithm']} at p = {r['p']}, {r['size']}", OVERFLOW)
     add_vs_best(rows, "time_s", ("p", "bytes"))
     rows = sort_rows(rows, sort, COLLECTIVE_SORT)
@@ -168,16 +178,17 @@ def predict_iteration(
                          f"{', '.join(allowed) or 'none'}")
     specs: list[str | None] = [x.strip() for c in compressor for x in c.split(",") if x.strip()] or [None]
     rows, results = [], []
-    for name in names:
-        entry = cm.schedule(name)
-        mine = {k: v for k, v in opts.items() if k in entry.options}
-        for spec in specs:
-            for q in ranks:
-                r = cm.simulate(prof, environment, q, name, collective=collective, compressor=spec, **mine)
-                results.append(r)
-                rows.append({"model": prof.name, "schedule": name, "compressor": spec, "p": q,
-                             "iteration_s": r.iteration_time, "throughput": r.throughput, "speedup": r.speedup,
-                             "efficiency": r.scaling_efficiency, "exposed_comm_s": r.exposed_communication})
+    with overflow_checked():  # an overflow is one error below (check_finite), not warnings
+        for name in names:
+            entry = cm.schedule(name)
+            mine = {k: v for k, v in opts.items() if k in entry.options}
+            for spec in specs:
+                for q in ranks:
+                    r = cm.simulate(prof, environment, q, name, collective=collective, compressor=spec, **mine)
+                    results.append(r)
+                    rows.append({"model": prof.name, "schedule": name, "compressor": spec, "p": q,
+                                 "iteration_s": r.iteration_time, "throughput": r.throughput, "speedup": r.speedup,
+                                 "efficiency": r.scaling_efficiency, "exposed_comm_s": r.exposed_communication})
     check_finite(rows, ("iteration_s", "throughput", "speedup", "efficiency", "exposed_comm_s"),
                  lambda r: f"{r['schedule']}{' + ' + r['compressor'] if r['compressor'] else ''} at p = {r['p']}",
                  OVERFLOW)

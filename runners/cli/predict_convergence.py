@@ -12,7 +12,7 @@ import typer
 import costmodels as cm
 
 from .common import UsageError, console, finite_or_none, int_list, load_model_profile, parse_numbers, resolve_env
-from .tables import check_finite, check_format, write_csv
+from .tables import check_finite, check_format, overflow_checked, write_csv
 
 CONSTANT_FLAGS = ("L", "sigma", "Delta", "n", "H", "tau", "s", "zeta", "gap", "delta", "omega", "mu")
 
@@ -199,7 +199,8 @@ def predict_tta(
         constants[k] = v
     records = None if constants_file is None else _records(constants_file)
     try:
-        r = time_to_accuracy(prof, environment, ranks, eps, names, records, **constants)
+        with overflow_checked():  # an overflow is one error below (check_finite), not warnings
+            r = time_to_accuracy(prof, environment, ranks, eps, names, records, **constants)
     except cm.CommscopeError as exc:
         text = str(exc)
         if records is not None and text.startswith("constants= "):

@@ -6,8 +6,11 @@ from __future__ import annotations
 import csv
 import math
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
+
+import numpy as np
 
 from .common import UsageError
 
@@ -73,3 +76,11 @@ def check_finite(rows: list[dict[str, Any]], fields: Sequence[str], where: Calla
             v = r.get(f)
             if isinstance(v, float) and not math.isfinite(v):
                 raise UsageError(f"{f} is {v} for {where(r)}: the numbers overflow float64; {hint}")
+
+
+@contextmanager
+def overflow_checked() -> Iterator[None]:
+    """numpy's overflow and invalid-value warnings off while a prediction is computed: :func:`check_finite` then
+    turns a non-finite result into one error line, instead of a screen of warnings before it."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        yield
