@@ -57,7 +57,7 @@ def as_ranks(p: Any, name: str = "p") -> np.ndarray:
 
 def as_rank(p: Any, name: str = "p") -> int:
     """One number of ranks: an integer (Python or numpy, not bool) in [1, :data:`MAX_RANKS`]."""
-    if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
+    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
         raise CommscopeError(f"{name} must be a positive integer number of workers, got {p!r}")
     return int(as_ranks(int(p), name))
 
