@@ -39,7 +39,7 @@ from costmodels.errors import CommscopeError
 from costmodels.registry import Registry
 
 from .bounds import BOUNDS, Bound
-from .topology import TOPOLOGIES, mixing_matrix, spectral_gap
+from .topology import TOPOLOGIES, degree, spectral_gap
 
 Timing = Callable[["Algorithm", cm.ModelProfile, EnvironmentArray, np.ndarray, Any], np.ndarray]
 Constants = Callable[[np.ndarray, cm.ModelProfile, Any], dict[str, np.ndarray]]
@@ -192,14 +192,11 @@ def _gap(topology: str, p: int) -> float:
 @cache
 def _degree(topology: str, p: int) -> int:
     """Distinct neighbours of a worker in the topology's mixing matrix (the graphs here are regular)."""
-    if p == 1:
-        return 0
-    w = mixing_matrix(topology, p)
-    return int(np.count_nonzero(w[0]) - (w[0, 0] != 0))
+    return degree(topology, p)
 
 
 def gaps(topology: str, p: np.ndarray) -> np.ndarray:
-    """Spectral gap of ``topology`` for every worker count in p (dense eigendecomposition, cached per p)."""
+    """Spectral gap of ``topology`` for every worker count in p (closed form or one FFT, cached per p)."""
     return np.array([_gap(topology, int(x)) for x in np.asarray(p).reshape(-1)]).reshape(np.shape(p))
 
 

@@ -53,6 +53,31 @@ def balanced_step_numeric(a: np.ndarray, c: np.ndarray, k: np.ndarray) -> np.nda
     return np.where(finite, g0, np.inf)
 
 
+def numbers(x: Any, name: str) -> np.ndarray:
+    """``x`` as a float64 array: numbers or arrays of them only (text such as ``'1e-3'`` and booleans raise,
+    naming the value, where numpy would convert them silently)."""
+    if isinstance(x, (str, bytes, bool, np.bool_)):
+        raise CommscopeError(f"{name} must be a number or an array of numbers, got {x!r}")
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError):  # ragged nests
+        raise CommscopeError(f"{name} must be a number or an array of numbers, got {x!r}") from None
+    if arr.dtype.kind == "O" and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in arr.flat):
+        arr = arr.astype(np.float64)  # Python integers beyond int64
+    if arr.dtype.kind not in "iuf":
+        raise CommscopeError(f"{name} must be a number or an array of numbers, got {x!r}")
+    return arr.astype(np.float64)
+
+
+def positive(x: Any, name: str) -> np.ndarray:
+    """:func:`numbers`, each finite and > 0 (T, eps)."""
+    arr = numbers(x, name)
+    bad = ~np.isfinite(arr) | (arr <= 0)
+    if bad.any():
+        raise CommscopeError(f"{name} must be finite and > 0, got {arr[bad].flat[0].item()!r}")
+    return arr
+
+
 @dataclass(frozen=True)
 class Bound:
     """A registered convergence bound: what every family shares (see the subclasses for shapes).
@@ -130,7 +155,7 @@ class Bound:
             raise CommscopeError(f"{self.name} needs {', '.join(missing)} (it takes {', '.join(names)})")
         out = []
         for x in self.assumptions:
-            v = np.asarray(given[x.name], dtype=np.float64)
+            v = numbers(given[x.name], f"{self.name}: {x.name}")
             low = 0.0 if x.is_nonnegative and not x.is_positive else None
             bad = ~np.isfinite(v) | ((v < 0) if low is not None else (v <= 0))
             if x.name in ("H", "n"):
@@ -146,14 +171,11 @@ class Bound:
 
     def value(self, iterations: Any, **constants: Any) -> np.ndarray:
         """B(T) for T = ``iterations`` (arrays broadcast with the constants)."""
-        t = np.asarray(iterations, dtype=np.float64)
-        if (t <= 0).any() or not np.isfinite(t).all():
-            raise CommscopeError(f"T must be finite and > 0, got {t[(t <= 0) | ~np.isfinite(t)].flat[0].item()!r}")
-        return self._evaluate(t, self._values(constants))
+        return self._evaluate(positive(iterations, "T"), self._values(constants))
 
     def step_size(self, iterations: Any, **constants: Any) -> np.ndarray:
         """The step the bound uses for a run of T = ``iterations`` steps."""
-        return self._step(np.asarray(iterations, dtype=np.float64), self._values(constants))
+        return self._step(positive(iterations, "T"), self._values(constants))
 
     def iterations_to(self, eps: Any, **constants: Any) -> Any:
         """Smallest integer T with B(T) <= eps (arrays broadcast; inf when beyond 10^18).
@@ -162,9 +184,7 @@ class Bound:
         T; tested), so the root is bracketed in [1, 1e18] and found by bisection on log T,
         vectorized over all inputs, then by bisection on integers between its ends (exact below 2^53).
         """
-        e = np.asarray(eps, dtype=np.float64)
-        if (e <= 0).any() or not np.isfinite(e).all():
-            raise CommscopeError(f"eps must be finite and > 0, got {e[(e <= 0) | ~np.isfinite(e)].flat[0].item()!r}")
+        e = positive(eps, "eps")
         vals = self._values(constants)
         shape = np.broadcast_shapes(e.shape, *(v.shape for v in vals))
         lo, hi = np.zeros(shape), np.full(shape, np.log(1e18))
@@ -191,7 +211,7 @@ class Bound:
 
     def batch_size(self, iterations: Any, **constants: Any) -> Any:
         """The per-worker mini-batch (in sigma's units) a run of T = ``iterations`` steps needs each step."""
-        t = np.asarray(iterations, dtype=np.float64)
+        t = positive(iterations, "T")
         out = sp.lambdify([T, *self.assumptions], self.batch, "numpy")(t, *self._values(constants))
         out = np.broadcast_to(np.asarray(out, dtype=np.float64), np.broadcast_shapes(t.shape, np.shape(out)))
         return float(out) if out.ndim == 0 else out

@@ -29,6 +29,7 @@ import sympy as sp
 from costmodels.errors import CommscopeError
 
 from .bounds import BOUNDS, Bound
+from .bounds_core import positive
 from .symbols import Delta, L, T, sigma
 
 DETERMINISTIC = 3648
@@ -69,7 +70,7 @@ class LowerBound(Bound):
 
     def queries_to(self, eps: Any, **constants: Any) -> Any:
         """Queries no algorithm can do without (module docstring), for eps <= :meth:`valid_below`."""
-        e = np.asarray(eps, dtype=np.float64)
+        e = positive(eps, "eps")
         vals = self._values(constants)
         dl, lip, sg = (vals[self._index(k)] for k in ("Delta", "L", "sigma"))
         if (e <= 0).any() or (e > lip * dl / VALID).any():

@@ -107,6 +107,32 @@ def _metric_point(measure: str, prob: Problem, xbar: np.ndarray) -> np.ndarray:
     return np.square(prob.full_grad(xbar)).sum(axis=-1)
 
 
+MAX_STEPS = 10**6
+"""Longest horizon :func:`simulate` runs (one Python-level step per iteration)."""
+MAX_WORK = 10**10
+"""Most coordinate updates of one :func:`simulate` call (T x horizons x replicas x n x d): minutes at most."""
+
+
+def _horizons(T: Any) -> np.ndarray:
+    """``T`` as a 1-d int64 array of horizons in [1, :data:`MAX_STEPS`] (integral floats accepted)."""
+    text = f"T must be one or more integers between 1 and {MAX_STEPS:,}, got {T!r}"
+    if isinstance(T, (str, bytes, bool)):
+        raise CommscopeError(text)
+    try:
+        arr = np.atleast_1d(np.asarray(T))
+    except (TypeError, ValueError):
+        raise CommscopeError(text) from None
+    if arr.ndim != 1 or not arr.size or arr.dtype.kind not in "iuf":
+        raise CommscopeError(text)
+    values = arr.astype(np.float64)
+    if not np.isfinite(values).all() or (values != np.floor(values)).any() or values.min() < 1:
+        raise CommscopeError(text)
+    if values.max() > MAX_STEPS:
+        raise CommscopeError(f"T must be at most {MAX_STEPS:,} steps (one step of every worker at a time), got "
+                             f"{int(values.max()):,}; simulate shorter horizons")
+    return values.astype(np.int64)
+
+
 def simulate(algorithm: str, problem: Problem, T: int | Sequence[int] = 1000, *, replicas: int = 32,
              seed: int = 0, n: int | None = None, **params: Any) -> SimulationResult:
     """Run ``algorithm`` on ``problem`` for each horizon in ``T`` with its bound's step size."""
@@ -118,11 +144,15 @@ def simulate(algorithm: str, problem: Problem, T: int | Sequence[int] = 1000, *,
         raise CommscopeError(f"{algorithm} takes {', '.join(entry.params) or 'no parameters'}, "
                              f"got {', '.join(unknown)}")
     params = {**entry.params, **params}
-    horizons = np.atleast_1d(np.asarray(T, dtype=np.int64))
-    if horizons.ndim != 1 or horizons.min() < 1:
-        raise CommscopeError(f"T must be one or more integers >= 1, got {T!r}")
+    horizons = _horizons(T)
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise CommscopeError(f"replicas must be a positive integer, got {replicas!r}")
+    work = int(horizons.max()) * len(horizons) * replicas * problem.n * problem.d
+    if work > MAX_WORK:
+        raise CommscopeError(f"this simulation would update {work:.3g} coordinates (T = {int(horizons.max()):,} "
+                             f"steps x {len(horizons)} horizon(s) x {replicas} replicas x {problem.n} workers x "
+                             f"{problem.d} dimensions), more than {MAX_WORK:.0e}; use a smaller T, fewer replicas or "
+                             "horizons")
     problem_text = entry.check(problem, params)
     if problem_text:
         raise CommscopeError(f"{algorithm}: {problem_text}")

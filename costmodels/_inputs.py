@@ -21,15 +21,25 @@ MAX_RANKS = 2**40
 """Largest rank count accepted (far beyond any machine, well inside exact int64/float64)."""
 
 
+def _huge_integers(arr: np.ndarray) -> bool:
+    """True for an object array of Python integers, some beyond int64 (numpy keeps those as objects)."""
+    flat = arr.reshape(-1)
+    return bool(flat.size) and all(isinstance(x, int) and not isinstance(x, bool) for x in flat)
+
+
 def as_ranks(p: Any, name: str = "p") -> np.ndarray:
-    """``p`` as an int64 array of positive integers (floats must be integral)."""
+    """``p`` as an int64 array of integers in [1, :data:`MAX_RANKS`] (floats must be integral), whatever the
+    integer type (Python int, numpy signed or unsigned)."""
     try:
         arr = np.asarray(p)
     except Exception as exc:  # pragma: no cover - numpy raises many kinds
         raise CommscopeError(f"{name} must be a positive integer or an array of them, got {p!r}") from exc
+    if arr.dtype.kind == "O" and _huge_integers(arr):
+        big = next(x for x in arr.reshape(-1) if abs(x) > MAX_RANKS)
+        raise CommscopeError(f"{name} must be between 1 and {MAX_RANKS} ranks, got {big!r}")
     if arr.dtype == bool or arr.dtype.kind not in "iuf":
         raise CommscopeError(f"{name} must be a positive integer or an array of them, got {p!r}")
-    if arr.size and arr.dtype.kind in "uf" and arr.max() > MAX_RANKS:
+    if arr.size and arr.max() > MAX_RANKS:
         raise CommscopeError(f"{name} must be at most {MAX_RANKS} ranks, got {_first(arr, arr > MAX_RANKS)!r}")
     if arr.dtype.kind == "f":
         if arr.size and not np.isfinite(arr).all():
@@ -43,6 +53,13 @@ def as_ranks(p: Any, name: str = "p") -> np.ndarray:
     if arr.size and arr.min() < 1:
         raise CommscopeError(f"{name} must be >= 1 rank, got {_first(arr, arr < 1)!r}")
     return arr
+
+
+def as_rank(p: Any, name: str = "p") -> int:
+    """One number of ranks: an integer (Python or numpy, not bool) in [1, :data:`MAX_RANKS`]."""
+    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
+        raise CommscopeError(f"{name} must be a positive integer number of workers, got {p!r}")
+    return int(as_ranks(int(p), name))
 
 
 def as_bytes(n: Any, name: str = "n") -> np.ndarray:

@@ -75,6 +75,9 @@ def crossover(a: str, b: str, *, p: int, env: Environment, n_min: float = 1.0,
     log grid of 4096 sizes, each refined with Brent's method to 1e-9 relative).
     """
     ca, cb = collective(a), collective(b)
+    if ca.primitive != cb.primitive:
+        raise CommscopeError(f"{ca.name} is {ca.primitive} and {cb.name} is {cb.primitive}: a crossover compares two "
+                             "algorithms of one primitive")
     if not (0 <= n_min < n_max) or not np.isfinite(n_max):
         raise CommscopeError(f"need 0 <= n_min < n_max < inf, got n_min={n_min!r}, n_max={n_max!r}")
     qa, qb = _split_params(ca, cb, params)

@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ._io import atomic_write_text, read_json
+from ._io import atomic_write_text, loads, read_json
 from .errors import CommscopeError
 
 SCHEMA = "commscope.environment/1"
@@ -243,11 +243,7 @@ class Environment:
 
     @classmethod
     def from_json(cls, text: str) -> Environment:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise CommscopeError(f"environment JSON is not valid JSON: {exc}") from None
-        return cls.from_dict(data)
+        return cls.from_dict(loads(text, "environment JSON"))
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write JSON atomically (temporary file + rename): a failure leaves any old file intact."""

@@ -27,3 +27,8 @@ class UnknownNameError(CommscopeError, LookupError):
 
 class DomainError(CommscopeError):
     """A point (p, n, parameters) outside the domain of a formula, e.g. p not a power of two."""
+
+
+class WriteError(CommscopeError, OSError):
+    """A file that could not be written (full disk, read-only file system, ...): an ``OSError`` as well, and
+    the message says whether the old file was kept."""

@@ -120,12 +120,17 @@ class ModelProfile:
             dup = next(n for n in names if names.count(n) > 1)
             raise CommscopeError(f"{where}: layer name {dup!r} appears twice")
         object.__setattr__(self, "layers", layers)
+        for key in ("device", "dtype", "origin", "source"):
+            if not isinstance(getattr(self, key), str):
+                raise CommscopeError(f"{where}: {key} must be a string, got {getattr(self, key)!r}")
         if self.dtype not in DTYPE_BYTES:
             raise CommscopeError(f"{where}: dtype must be one of {', '.join(DTYPE_BYTES)}, got {self.dtype!r}")
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise CommscopeError(f"{where}: batch_size must be a positive integer, got {self.batch_size!r}")
         if self.origin not in ORIGINS:
             raise CommscopeError(f"{where}: origin must be one of {', '.join(ORIGINS)}, got {self.origin!r}")
+        if not isinstance(self.metadata, Mapping):
+            raise CommscopeError(f"{where}: metadata must be an object (name: value), got {self.metadata!r}")
         object.__setattr__(self, "metadata", dict(self.metadata))
 
     # ----------------------------------------------------------------- totals
@@ -208,7 +213,11 @@ class ModelProfile:
         missing = [k for k in required if k not in data]
         if missing:
             raise CommscopeError(f"model profile is missing field(s): {', '.join(missing)}")
-        columns = list(data["columns"])
+        columns, rows = data["columns"], data["layers"]
+        if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+            raise CommscopeError(f"model profile columns must be a list of column names, got {columns!r}")
+        if not isinstance(rows, list):
+            raise CommscopeError(f"model profile layers must be a list of rows, one per layer, got {rows!r}")
         need = ["name", "params", "grad_bytes", "forward_s", "backward_s"]
         if sorted(set(columns) - {"shape", "optimizer_s"}) != sorted(need) or len(set(columns)) != len(columns):
             raise CommscopeError(f"model profile columns must be {need} and optionally 'shape' and 'optimizer_s', "
@@ -217,7 +226,7 @@ class ModelProfile:
             raise CommscopeError("give the optimizer step per layer (column 'optimizer_s') or as a profile total "
                                  "('optimizer_s' field), not both")
         layers = []
-        for i, row in enumerate(data["layers"]):
+        for i, row in enumerate(rows):
             if not isinstance(row, Sequence) or isinstance(row, str) or len(row) != len(columns):
                 raise CommscopeError(f"layer {i}: expected a list of {len(columns)} values, got {row!r}")
             layers.append(Layer(**dict(zip(columns, row, strict=True))))

@@ -47,14 +47,25 @@ def parse_size(text: str | int | float) -> int:
     return int(nbytes)
 
 
+MAX_SIZES = 10_000
+"""Most sizes a range may hold: a factor barely above 1 would otherwise grow the list to gigabytes."""
+
+
 def size_range(min_size: int, max_size: int, factor: float = 2.0) -> list[int]:
-    """Sizes ``min, min*f, min*f^2, ... <= max`` (nccl-tests' -b/-e/-f)."""
+    """Sizes ``min, min*f, min*f^2, ... <= max`` (nccl-tests' -b/-e/-f); at most :data:`MAX_SIZES` of them."""
     if min_size <= 0:
         raise CommscopeError(f"the smallest size must be > 0 bytes for a geometric range, got {min_size}")
     if max_size < min_size:
         raise CommscopeError(f"max size {max_size} is smaller than min size {min_size}")
     if not factor > 1:
         raise CommscopeError(f"factor must be > 1, got {factor}")
+    span = math.log(max_size / min_size) if max_size > min_size else 0.0
+    count = math.floor(span / math.log(factor) * (1 + 1e-12)) + 1 if math.isfinite(factor) else 1
+    if count > MAX_SIZES:
+        least = math.exp(span / (MAX_SIZES - 1))
+        raise CommscopeError(
+            f"the range {format_size(min_size)}..{format_size(max_size)} by factor {factor!r} holds {count:,} sizes, "
+            f"more than {MAX_SIZES:,}; use a factor of at least {least:.6g}")
     out, s = [], float(min_size)
     while s <= max_size * (1 + 1e-12):
         out.append(round(s))

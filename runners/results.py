@@ -262,6 +262,9 @@ def load(paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], kind:
                 except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                     out.bad.append(BadLine(str(path), number, f"not JSON ({exc})"))
                     continue
+                except RecursionError:
+                    out.bad.append(BadLine(str(path), number, "not a record (JSON nested too deeply)"))
+                    continue
                 except (RecordError, ValueError) as exc:
                     out.bad.append(BadLine(str(path), number, str(exc)))
                     continue

@@ -110,11 +110,11 @@ def test_predict_table_has_time_and_bus_bandwidth(capsys: pytest.CaptureFixture[
     t = cm.collective("ring_allreduce").time(MiB100, 64, cm.environment("10GbE"))
     algbw = MiB100 / t / 1e9
     assert "predicted on 10GbE" in out
-    for column in ("algorithm", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
+    for column in ("algorithm", "time (us)", "vs best", "algbw (GB/s)", "busbw (GB/s)"):
         assert column in out
     row = next(line for line in out.splitlines() if "ring_allreduce" in line)
     cells = [c.strip() for c in re.split(r"[│┃|]", row) if c.strip()]
-    assert cells == ["ring_allreduce", "64", "100MiB", str(MiB100), f"{t * 1e6:.2f}", f"{algbw:.3f}",
+    assert cells == ["ring_allreduce", "64", "100MiB", str(MiB100), f"{t * 1e6:.2f}", "best", f"{algbw:.3f}",
                      f"{algbw * 2 * 63 / 64:.3f}"]
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .._inputs import as_rank
 from ..environment import Environment
 from ..errors import CommscopeError
 from ..messages import Comm
@@ -146,8 +147,7 @@ def _validated(prof: ModelProfile, env: Environment, p: int) -> tuple[np.ndarray
         raise CommscopeError(f"profile must be a costmodels.ModelProfile, got {type(prof).__name__}")
     if not isinstance(env, Environment):
         raise CommscopeError(f"env must be a costmodels.Environment, got {type(env).__name__}")
-    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
-        raise CommscopeError(f"p must be a positive integer number of workers, got {p!r}")
+    as_rank(p)
     return np.array(prof.column("grad_bytes")), [x.name for x in prof.layers]
 
 

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
+from .._inputs import as_rank
 from ..environment import Environment
 from ..environment_array import EnvironmentArray
 from ..errors import CommscopeError
@@ -197,8 +198,7 @@ def _simulate_terms(entry: Schedule, prof: ModelProfile, env: Environment, p: in
                              "optimizer step; set kappa_c, kappa_m, host_overhead and optimizer_s to 0")
     if not isinstance(env, Environment):
         raise CommscopeError(f"env must be a costmodels.Environment, got {type(env).__name__}")
-    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
-        raise CommscopeError(f"p must be a positive integer number of workers, got {p!r}")
+    p = as_rank(p)
     cfg = Configurations(prof, np.array([[p]]), EnvironmentArray.of([env]).reshape(1, 1))
     out = TERMS[entry.name](cfg, collective, True, **options)
     details = {k: (v[0].item() if isinstance(v, np.ndarray) and v.shape == (1,) else v) for k, v in out.details.items()}
@@ -306,7 +306,7 @@ def simulate(profile: ModelProfile, env: Environment, p: int, schedule: str = "w
     for fusion, ``H`` for local_sgd, ``k`` servers, ...).
     """
     entry = SCHEDULES.get(schedule)
-    p = int(p) if isinstance(p, np.integer) else p
+    p = as_rank(p)  # an integer in [1, MAX_RANKS], whatever its type
     if compressor is None:
         if isinstance(profile, ModelProfile) and isinstance(env, Environment) and has_terms(profile, env):
             return _simulate_terms(entry, profile, env, p, collective, options)

@@ -23,13 +23,16 @@ def console() -> Any:
     return out if out.is_terminal else Console(width=160)
 
 
-def check_writable(path: Path, what: str) -> None:
-    """Refuse before any work a file that cannot be written: its directory is missing, or it is a directory."""
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"cannot write {what} {str(path)!r}: directory {str(parent)!r} does not exist")
-    if path.is_dir():
-        raise UsageError(f"cannot write {what} {str(path)!r}: it is a directory")
+def check_writable(path: Path, what: str, *, append: bool = False) -> None:
+    """Refuse before any work a file that cannot be written (``append``: appended to): its directory is
+    missing or read-only, it is a directory or not a regular file, or it is read-only
+    (:func:`costmodels._io.check_writable`)."""
+    from costmodels._io import check_writable as check
+
+    try:
+        check(path, what, append=append)
+    except cm.CommscopeError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def load_model_profile(model: str) -> cm.ModelProfile:

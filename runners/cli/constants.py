@@ -55,7 +55,7 @@ def constants_command(
 
     if ranks < 1:
         raise UsageError(f"--ranks must be an integer >= 1, got {ranks}")
-    check_writable(out, "the results")
+    check_writable(out, "the results", append=True)
     opts = make_options(model, dataset, batch_size, steps, checkpoints, lr, technique, compressors, samples,
                         noise_samples, hvp_samples, power_iterations, draws, threads, seed, timeout, out)
     where, world = launch_args(ranks)

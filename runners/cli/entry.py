@@ -16,6 +16,7 @@ from . import (
     calibrate,
     catalog,
     constants,
+    crossover,
     emulate,
     fit,
     imports,
@@ -36,7 +37,7 @@ app = typer.Typer(
 )
 
 # the order of `commscope --help`
-for _module in (predict, llm, catalog, app_command, fit, calibrate, emulate, bench, imports, profile, train,
+for _module in (predict, llm, crossover, catalog, app_command, fit, calibrate, emulate, bench, imports, profile, train,
                 constants, validate):
     _module.register(app)
 

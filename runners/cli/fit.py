@@ -81,9 +81,9 @@ def fit_command(
 
     if not results:
         raise UsageError("give at least one results file")
-    for path, what in ((out, "the environment"), (record, "the record")):
+    for path, what, append in ((out, "the environment", False), (record, "the record", True)):
         if path is not None:
-            check_writable(path, what)
+            check_writable(path, what, append=append)
     loaded = {str(p): rs.load(p) for p in results}
     bad = [b for x in loaded.values() for b in x.bad]
     for b in bad:

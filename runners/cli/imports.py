@@ -11,9 +11,7 @@ from typing import Annotated
 
 import typer
 
-from costmodels.errors import CommscopeError
-
-from .common import console
+from .common import check_writable, console
 
 
 def import_nccl_tests(
@@ -28,8 +26,8 @@ def import_nccl_tests(
 
     from runners.measure import nccl_tests as nti
 
-    if out is not None and not out.parent.is_dir():
-        raise CommscopeError(f"cannot write results to {out}: directory {out.parent} does not exist")
+    if out is not None:
+        check_writable(out, "the results", append=True)
     imported = nti.import_log(log, out, op, world_size)
     for problem in imported.problems:
         print(f"commscope: warning: {problem}", file=sys.stderr)

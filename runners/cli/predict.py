@@ -15,6 +15,7 @@ import costmodels as cm
 from . import llm, predict_convergence
 from .common import (
     UsageError,
+    check_writable,
     console,
     int_list,
     load_model_profile,
@@ -23,6 +24,23 @@ from .common import (
     parse_sizes,
     resolve_env,
 )
+from .tables import (
+    add_vs_best,
+    check_finite,
+    check_format,
+    overflow_checked,
+    sort_help,
+    sort_rows,
+    vs_best_text,
+    write_csv,
+)
+
+COLLECTIVE_SORT = {"time": ("time_s", False), "vs-best": ("vs_best", False), "busbw": ("busbw_GBps", True),
+                   "algbw": ("algbw_GBps", True), "size": ("bytes", False), "p": ("p", False),
+                   "algorithm": ("algorithm", False)}
+ITERATION_SORT = {"time": ("iteration_s", False), "vs-best": ("vs_best", False), "throughput": ("throughput", True),
+                  "efficiency": ("efficiency", True), "p": ("p", False), "schedule": ("schedule", False)}
+OVERFLOW = "give smaller --alpha / --beta (seconds, seconds per byte) or sizes"
 
 
 def predict_collective(
@@ -43,10 +61,15 @@ def predict_collective(
     library: Annotated[str | None, typer.Option(
         "--library", help="collective library choosing 'auto': nccl, gloo, mpich or ideal (the cheapest registered "
                           "algorithm) [default: the environment's]")] = None,
+    sort: Annotated[str | None, typer.Option("--sort", help=sort_help(COLLECTIVE_SORT))] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="the table as CSV on stdout")] = False,
 ) -> None:
-    """Time, algbw and busbw of collective algorithms (nccl-tests conventions); 'auto' shows the library's choice
-    (algorithm, protocol and channels) at each size."""
+    """Time, algbw and busbw of collective algorithms (nccl-tests conventions), and how much slower each is than
+    the best at the same p and size ("vs best"); 'auto' shows the library's choice (algorithm, protocol and
+    channels) at each size."""
+    check_format(as_json, as_csv)
+    sort_rows([], sort, COLLECTIVE_SORT)  # a bad --sort fails before any work
     environment = resolve_env(env, alpha, beta, gamma)
     if library is not None:
         if library not in cm.libraries():
@@ -67,31 +90,38 @@ def predict_collective(
     if library is not None and "auto" not in names:
         raise UsageError("--library chooses the algorithm of 'auto': add -a auto")
     rows: list[dict[str, Any]] = []
-    for ranks in p:
-        for name in names:
-            if name == "auto":
-                pick = cm.choose(primitive, sizes, ranks, environment, **params)
-                algos, times = list(pick.algorithm), [float(x) for x in pick.time]
-                chosen = {"library": pick.library, "protocol": list(pick.protocol),
-                          "channels": [int(c) for c in pick.channels]}
-                prim = primitive
-            else:
-                c = cm.collective(name)
-                mine = {k: v for k, v in params.items() if k in {q.name for q in c.params}}
-                t = c.time(sizes, ranks, environment, **mine)
-                algos, times = [c.name] * len(sizes), [float(x) for x in t]
-                chosen, prim = None, c.primitive
-            factor_ = cm.busbw_factor(prim, ranks) if prim in ("allreduce", "reduce_scatter", "allgather",
-                                                                 "all_to_all", "broadcast", "reduce") else None
-            for i, (nbytes, algo, t) in enumerate(zip(sizes, algos, times, strict=False)):
-                bw = nbytes / t if t > 0 else None  # nothing to move (p = 1 or n = 0): no bandwidth
-                row = {"algorithm": algo, "p": ranks, "bytes": nbytes, "size": cm.format_size(nbytes),
-                       "time_s": t, "algbw_GBps": None if bw is None else bw / 1e9,
-                       "busbw_GBps": None if factor_ is None or bw is None else bw * factor_ / 1e9}
-                if chosen is not None:
-                    row.update(library=chosen["library"], protocol=chosen["protocol"][i],
-                               channels=chosen["channels"][i])
-                rows.append(row)
+    with overflow_checked():  # an overflow is one error below (check_finite), not warnings
+        for ranks in p:
+            for name in names:
+                if name == "auto":
+                    pick = cm.choose(primitive, sizes, ranks, environment, **params)
+                    algos, times = list(pick.algorithm), [float(x) for x in pick.time]
+                    chosen = {"library": pick.library, "protocol": list(pick.protocol),
+                              "channels": [int(c) for c in pick.channels]}
+                    prim = primitive
+                else:
+                    c = cm.collective(name)
+                    mine = {k: v for k, v in params.items() if k in {q.name for q in c.params}}
+                    t = c.time(sizes, ranks, environment, **mine)
+                    algos, times = [c.name] * len(sizes), [float(x) for x in t]
+                    chosen, prim = None, c.primitive
+                factor_ = cm.busbw_factor(prim, ranks) if prim in ("allreduce", "reduce_scatter", "allgather",
+                                                                     "all_to_all", "broadcast", "reduce") else None
+                for i, (nbytes, algo, t) in enumerate(zip(sizes, algos, times, strict=False)):
+                    bw = nbytes / t if t > 0 else None  # nothing to move (p = 1 or n = 0): no bandwidth
+                    row = {"algorithm": algo, "p": ranks, "bytes": nbytes, "size": cm.format_size(nbytes),
+                           "time_s": t, "algbw_GBps": None if bw is None else bw / 1e9,
+                           "busbw_GBps": None if factor_ is None or bw is None else bw * factor_ / 1e9}
+                    if chosen is not None:
+                        row.update(library=chosen["library"], protocol=chosen["protocol"][i],
+                                   channels=chosen["channels"][i])
+                    rows.append(row)
+    check_finite(rows, ("time_s",), lambda r: f"{r['algorithm']} at p = {r['p']}, {r['size']}", OVERFLOW)
+    add_vs_best(rows, "time_s", ("p", "bytes"))
+    rows = sort_rows(rows, sort, COLLECTIVE_SORT)
+    if as_csv:
+        write_csv(rows)
+        return
     if as_json:
         print(json.dumps({"environment": environment.to_dict(), "results": rows}, indent=2, allow_nan=False))
         return
@@ -99,14 +129,15 @@ def predict_collective(
 
     chosen_rows = any("library" in r for r in rows)
     extra = ("library", "protocol", "channels") if chosen_rows else ()
-    table = Table("algorithm", *extra, "p", "size", "bytes", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
+    table = Table("algorithm", *extra, "p", "size", "bytes", "time (us)", "vs best", "algbw (GB/s)", "busbw (GB/s)",
                   title=f"predicted on {environment.name}: {environment.summary()}")
     for r in rows:
         cells = [r.get("library", "-"), r.get("protocol", "-"), str(r.get("channels", "-"))] if chosen_rows else []
         table.add_row(r["algorithm"], *cells, str(r["p"]), r["size"], str(r["bytes"]), f"{r['time_s'] * 1e6:.2f}",
-                      "-" if r["algbw_GBps"] is None else f"{r['algbw_GBps']:.3f}",
+                      vs_best_text(r["vs_best"]), "-" if r["algbw_GBps"] is None else f"{r['algbw_GBps']:.3f}",
                       "-" if r["busbw_GBps"] is None else f"{r['busbw_GBps']:.3f}")
     console().print(table)
+    console().print("vs best: how much longer than the fastest algorithm shown at the same p and size")
 
 
 def predict_iteration(
@@ -123,9 +154,16 @@ def predict_iteration(
     alpha: Annotated[float | None, typer.Option(help="latency, s (overrides --env)")] = None,
     beta: Annotated[float | None, typer.Option(help="inverse bandwidth, s/byte (overrides --env)")] = None,
     trace: Annotated[Path | None, typer.Option(help="write the timeline as a Chrome/Perfetto trace JSON")] = None,
+    sort: Annotated[str | None, typer.Option("--sort", help=sort_help(ITERATION_SORT))] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="the table as CSV on stdout")] = False,
 ) -> None:
-    """Iteration time, throughput and scaling efficiency of training schedules."""
+    """Iteration time, throughput and scaling efficiency of training schedules, and how much slower each is than
+    the best at the same p ("vs best")."""
+    check_format(as_json, as_csv)
+    sort_rows([], sort, ITERATION_SORT)  # a bad --sort fails before any work
+    if trace is not None:
+        check_writable(trace, "the trace")
     environment = resolve_env(env, alpha, beta, None)
     prof = load_model_profile(model)
     names = [x.strip() for s in schedule for x in s.split(",") if x.strip()]
@@ -140,36 +178,46 @@ def predict_iteration(
                          f"{', '.join(allowed) or 'none'}")
     specs: list[str | None] = [x.strip() for c in compressor for x in c.split(",") if x.strip()] or [None]
     rows, results = [], []
-    for name in names:
-        entry = cm.schedule(name)
-        mine = {k: v for k, v in opts.items() if k in entry.options}
-        for spec in specs:
-            for q in ranks:
-                r = cm.simulate(prof, environment, q, name, collective=collective, compressor=spec, **mine)
-                results.append(r)
-                rows.append({"model": prof.name, "schedule": name, "compressor": spec, "p": q,
-                             "iteration_s": r.iteration_time, "throughput": r.throughput, "speedup": r.speedup,
-                             "efficiency": r.scaling_efficiency, "exposed_comm_s": r.exposed_communication})
+    with overflow_checked():  # an overflow is one error below (check_finite), not warnings
+        for name in names:
+            entry = cm.schedule(name)
+            mine = {k: v for k, v in opts.items() if k in entry.options}
+            for spec in specs:
+                for q in ranks:
+                    r = cm.simulate(prof, environment, q, name, collective=collective, compressor=spec, **mine)
+                    results.append(r)
+                    rows.append({"model": prof.name, "schedule": name, "compressor": spec, "p": q,
+                                 "iteration_s": r.iteration_time, "throughput": r.throughput, "speedup": r.speedup,
+                                 "efficiency": r.scaling_efficiency, "exposed_comm_s": r.exposed_communication})
+    check_finite(rows, ("iteration_s", "throughput", "speedup", "efficiency", "exposed_comm_s"),
+                 lambda r: f"{r['schedule']}{' + ' + r['compressor'] if r['compressor'] else ''} at p = {r['p']}",
+                 OVERFLOW)
+    add_vs_best(rows, "iteration_s", ("p",))
+    rows = sort_rows(rows, sort, ITERATION_SORT)
     if trace is not None:
         for r in results:
             spec = r.details.get("compressor")
             tag = r.schedule + (f".{spec.replace(':', '-')}" if spec else "")
             path = trace if len(results) == 1 else trace.with_name(f"{trace.stem}.{tag}.p{r.p}{trace.suffix}")
             r.timeline.save_chrome_trace(path, process=f"commscope {prof.name} {r.schedule} p={r.p}")
+    if as_csv:
+        write_csv(rows)
+        return
     if as_json:
         print(json.dumps({"environment": environment.to_dict(), "profile": prof.name, "results": rows}, indent=2,
                          allow_nan=False))
         return
     from rich.table import Table
 
-    table = Table("schedule", "compressor", "p", "iteration (ms)", "samples/s", "speedup", "efficiency",
+    table = Table("schedule", "compressor", "p", "iteration (ms)", "vs best", "samples/s", "speedup", "efficiency",
                   "exposed comm (ms)",
                   title=f"{prof.name} (batch {prof.batch_size}, {prof.origin} on {prof.device}) on {environment.name}")
     for r in rows:
         table.add_row(r["schedule"], r["compressor"] or "-", str(r["p"]), f"{r['iteration_s'] * 1e3:.2f}",
-                      f"{r['throughput']:.1f}",
+                      vs_best_text(r["vs_best"]), f"{r['throughput']:.1f}",
                       f"{r['speedup']:.2f}", f"{r['efficiency']:.3f}", f"{r['exposed_comm_s'] * 1e3:.2f}")
     console().print(table)
+    console().print("vs best: how much longer than the fastest schedule and compressor shown at the same p")
 
 
 def register(app: typer.Typer) -> None:

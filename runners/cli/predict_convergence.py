@@ -12,6 +12,7 @@ import typer
 import costmodels as cm
 
 from .common import UsageError, console, finite_or_none, int_list, load_model_profile, parse_numbers, resolve_env
+from .tables import check_finite, check_format, overflow_checked, write_csv
 
 CONSTANT_FLAGS = ("L", "sigma", "Delta", "n", "H", "tau", "s", "zeta", "gap", "delta", "omega", "mu")
 
@@ -44,10 +45,12 @@ def predict_convergence(
     constant: Annotated[list[str], typer.Option(
         "--constant", help="any other constant NAME=VALUE, e.g. D0=1 (repeatable)")] = [],  # noqa: B006
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="the table as CSV on stdout")] = False,
 ) -> None:
     """Iterations, stochastic-gradient queries and step size at which convergence bounds reach eps."""
     import convergence as cv
 
+    check_format(as_json, as_csv)
     if not np.isfinite(eps) or eps <= 0:
         raise UsageError(f"--eps must be a finite number > 0, got {eps!r}")
     explicit = [x.strip() for b in bound for x in b.split(",") if x.strip()]
@@ -99,9 +102,12 @@ def predict_convergence(
                 row["step_size"] = float(b.step_size(t, **values))
             except NotImplementedError:  # a lower bound has no step of its own
                 pass
-    if as_json:
+    if as_json or as_csv:
         out = [{**r, "iterations": finite_or_none(r["iterations"]), "queries": finite_or_none(r["queries"]),
                 "step_size": finite_or_none(r["step_size"])} for r in rows]
+        if as_csv:
+            write_csv([{**r, "constants": json.dumps(r["constants"], sort_keys=True)} for r in out])
+            return
         print(json.dumps({"eps": eps, "results": out}, indent=2, allow_nan=False))
         return
     from rich.table import Table
@@ -171,12 +177,16 @@ def predict_tta(
         "--constant", help="any other problem constant NAME=VALUE (repeatable)")] = [],  # noqa: B006
     alpha: Annotated[float | None, typer.Option(help="latency, s (overrides --env)")] = None,
     beta: Annotated[float | None, typer.Option(help="inverse bandwidth, s/byte (overrides --env)")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output (each row's marks, and a "
+                                                         "legend of those shown)")] = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="the table as CSV on stdout, with each row's marks")] = False,
 ) -> None:
     """Time to accuracy: iterations each algorithm's bound needs to reach eps, times its predicted iteration time,
-    and each algorithm's time over SGD's (bounds are worst-case: compare ratios, not seconds)."""
+    and each algorithm's time over SGD's (bounds are worst-case: compare ratios, not seconds). Marks after a name
+    (* ! ^ m) and in a cell (never, -) are explained under each table."""
     from convergence.tta import format_duration, time_to_accuracy
 
+    check_format(as_json, as_csv)
     environment = resolve_env(env, alpha, beta, None)
     prof = load_model_profile(model)
     ranks = int_list(p, "--p")
@@ -189,24 +199,34 @@ def predict_tta(
         constants[k] = v
     records = None if constants_file is None else _records(constants_file)
     try:
-        r = time_to_accuracy(prof, environment, ranks, eps, names, records, **constants)
+        with overflow_checked():  # an overflow is one error below (check_finite), not warnings
+            r = time_to_accuracy(prof, environment, ranks, eps, names, records, **constants)
     except cm.CommscopeError as exc:
         text = str(exc)
         if records is not None and text.startswith("constants= "):
             raise UsageError(f"--constants {constants_file}: {text[len('constants= '):]}") from None
         raise
     rows = r.rows()
+    check_finite(rows, ("seconds_per_iteration",), lambda x: f"{x['algorithm']} at p = {x['p']}",
+                 "give smaller --alpha / --beta (seconds, seconds per byte)")
     summaries = [r.summary(j) for j in range(len(r.p))]
-    if as_json:
-        out = [{**x, "iterations": finite_or_none(x["iterations"]), "seconds": finite_or_none(x["seconds"]),
+    n_alg = len(r.algorithms)
+    marks = [_marks(x, bool(r.comparable[i % n_alg])) for i, x in enumerate(rows)]
+    if as_json or as_csv:
+        out = [{**x, "marks": m, "iterations": finite_or_none(x["iterations"]), "seconds": finite_or_none(x["seconds"]),
                 "ratio_to_best": finite_or_none(x["ratio_to_best"]), "ratio_to_sgd": finite_or_none(x["ratio_to_sgd"])}
-               for x in rows]
+               for x, m in zip(rows, marks, strict=True)]
+        if as_csv:
+            write_csv(out)
+            return
+        shown = {c for m in marks for c in m} | {"never" for x in out if x["iterations"] is None}
+        legend = {k: v for k, v in MARKS.items() if k in shown and k != "-"}
         winners = [{"p": int(q), "winner": r.algorithms[w] if w >= 0 else None,
                     "margin": finite_or_none(float(r.margin[j])), "summary": summaries[j]}
                    for j, (q, w) in enumerate(zip(r.p, r.winner, strict=True))]
         print(json.dumps({"environment": environment.to_dict(), "profile": prof.name, "eps": eps,
                           "constants": dict(r.constants), "constants_source": r.constants_source, "results": out,
-                          "winners": winners}, indent=2, allow_nan=False))
+                          "winners": winners, "legend": legend}, indent=2, allow_nan=False))
         return
     from rich.table import Table
 

@@ -56,7 +56,7 @@ def profile_command(
         raise UsageError(f"--device must be cpu, cuda or cuda:N, got {device!r}")
     check_writable(out, "the profile")
     if record is not None:
-        check_writable(record, "the record")
+        check_writable(record, "the record", append=True)
     opts = parse_options(option)
 
     from runners import results as rs

@@ -21,6 +21,8 @@ import typer
 
 from runners.torchrun.launcher import launch_args, run_torchrun
 
+from .common import check_writable
+
 
 def train(
     algorithm: Annotated[str, typer.Option("--algorithm", "-a", help="training technique (e.g. wfbp, dear, topk)")],
@@ -50,6 +52,8 @@ def train(
     """Train with one technique on torchrun ranks: per-iteration time breakdown, optionally convergence."""
     from runners.training import runner as rt
 
+    if out is not None:  # before training: a directory or a read-only file would lose every record
+        check_writable(out, "the results", append=True)
     opts = rt.make_options(algorithm, model, iterations, batch_size, lr, option, warmup, convergence, dataset,
                            eval_every, threads, seed, backend, out, timeout)
     where, _world = launch_args(nproc)

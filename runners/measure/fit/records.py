@@ -95,10 +95,29 @@ def record_time(record: dict[str, Any], statistic: str = "median") -> float:
     return float(record["result"]["time_s"])
 
 
+def _unique(pairs: list[tuple[dict[str, Any], str | None]]) -> tuple[list[tuple[dict[str, Any], str | None]], int]:
+    """The pairs without records whose id an earlier one has (a file given twice, lines copied), and how many
+    were dropped. Records without an id (hand-made dicts) are all kept."""
+    seen: set[str] = set()
+    out = []
+    for r, f in pairs:
+        rid = r.get("id")
+        if isinstance(rid, str):
+            if rid in seen:
+                continue
+            seen.add(rid)
+        out.append((r, f))
+    return out, len(pairs) - len(out)
+
+
 def _select(pairs: list[tuple[dict[str, Any], str | None]], prims: tuple[str, ...], min_bytes: int,
             bad: list[rs.BadLine], paths: list[str], statistic: str = "median") -> tuple[_Data, list[str]]:
     notes: list[str] = []
     where = f" in {', '.join(paths)}" if paths else ""
+    pairs, dropped = _unique(pairs)
+    if dropped:
+        notes.append(f"dropped {dropped} duplicated record(s) (the id of an earlier record: one measurement counted "
+                     "twice would narrow the confidence intervals)")
     coll = [(r, f) for r, f in pairs if r.get("kind") == "collective"]
     if not pairs:
         extra = f" ({len(bad)} bad line(s), first: {bad[0]})" if bad else ""

@@ -23,9 +23,10 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from costmodels._io import check_writable
+from costmodels.errors import CommscopeError
 from costmodels.units import format_size, parse_size, size_range
 from runners.torchrun.rank import BACKENDS, RankError
 
@@ -136,10 +137,11 @@ def make_options(op: str | Sequence[str] | None = None, min_size: str | int = "1
         raise BenchError(f"--root must be a rank >= 0, got {root}")
     if resume and out is None:
         raise BenchError("--resume needs --out FILE (the results to resume from)")
-    if out is not None:
-        parent = Path(out).parent
-        if not parent.is_dir():
-            raise BenchError(f"cannot write results to {out}: directory {parent} does not exist")
+    if out is not None:  # before the sweep: a directory or a read-only file would lose every measurement
+        try:
+            check_writable(out, "the results", append=True)
+        except CommscopeError as exc:
+            raise BenchError(str(exc)) from None
     equivalent = _names(use_equivalent, tuple(EQUIVALENTS), "op with an equivalent")
     return Options(ops=ops, min_size=lo, max_size=hi, factor=float(factor), dtype=name, warmup=int(warmup),
                    iters=int(iters), check=bool(check), out=None if out is None else str(out), resume=bool(resume),
