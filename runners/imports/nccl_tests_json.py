@@ -13,7 +13,7 @@ several processes ``per_process_max_times_us``: each process's times).
 One record per size from the out-of-place numbers (in-place kept as ``inplace_*``), as the text import does
 (:mod:`runners.measure.nccl_tests`). Stragglers: iterations (after ``-K``'s skipped ones) slower than 1.5 x the
 median, each with the process that was slowest in it, and processes whose median is over 1.5 x the median of
-the processes' medians.
+the other processes' medians.
 """
 
 from __future__ import annotations
@@ -73,10 +73,11 @@ def per_iteration(block: Any, hosts: list[str], factor: float = STRAGGLER_FACTOR
     medians = [statistics.median(v for v in p[skip:] if v is not None) for p in procs if any(
         v is not None for v in p[skip:])]
     slow_procs = []
-    if len(medians) > 1:
-        overall = statistics.median(medians)
-        slow_procs = [{"process": k, "host": hosts[k] if k < len(hosts) else None, "median_us": m,
-                       "x_median": m / overall} for k, m in enumerate(medians) if overall > 0 and m > factor * overall]
+    for k, m in enumerate(medians) if len(medians) > 1 else ():
+        others = statistics.median(medians[:k] + medians[k + 1:])  # the other processes' median
+        if others > 0 and m > factor * others:
+            slow_procs.append({"process": k, "host": hosts[k] if k < len(hosts) else None, "median_us": m,
+                               "x_others": m / others})
     summary = {k: number(block.get(k)) for k in ("min_us", "max_us", "avg_us", "p50_us", "p95_us", "p99_us",
                                                   "stdev_us", "cv_pct")}
     return {"times_us": times, "skipped": skip, "median_us": med, **summary, "straggler_factor": factor,
