@@ -382,3 +382,17 @@ def test_fixture_is_kineto_shaped() -> None:
                                    "Process Group Name", "correlation", "stream"} <= set(e["args"]) for e in nccl)
     flows = {(e["ph"], e["id"]) for e in data["traceEvents"] if e.get("cat") == "ac2g"}
     assert all(("s", e["args"]["correlation"]) in flows and ("f", e["args"]["correlation"]) in flows for e in kernels)
+
+
+def test_steps_without_profiler_step_scopes_split_at_the_optimizer_step(tmp_path: Path) -> None:
+    """A trace recorded without a schedule (no ProfilerStep#) is cut after each Optimizer.step#, so two training
+    iterations stay two steps (not one with a backward spanning both)."""
+    def unmark(e: dict[str, Any]) -> None:
+        if str(e.get("name", "")).startswith("ProfilerStep#"):
+            e["name"] = "some annotation"
+    _, a = analysed(_edited(tmp_path, unmark))
+    assert len(a.steps) == 2
+    s = a.steps[1]
+    assert (s.fwd_start - B, s.bwd_start - B, s.bwd_end - B) == pytest.approx((3595, 4500, 5060))
+    assert s.iteration_s == pytest.approx((5900 - 3595) / 1e6)  # forward start to the optimizer step's end
+    assert trace_profile.build(a).compute_s == pytest.approx(810e-6)

@@ -1,6 +1,7 @@
 """The training steps of a Kineto trace: phases, the layers that own gradients, and each layer's time.
 
-Per step (a ``ProfilerStep#N`` scope on the training thread, or the whole trace when there is none):
+Per step (a ``ProfilerStep#N`` scope on the training thread; without them, the trace cut after each
+``Optimizer.step#`` scope, or the whole trace):
 
 - **backward** runs from the first to the last top-level ``autograd::engine::evaluate_function: X`` event (on
   any thread of the training process: on GPUs autograd runs on a device thread); **forward** from the first
@@ -29,6 +30,7 @@ Per step (a ``ProfilerStep#N`` scope on the training thread, or the whole trace 
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Hashable
@@ -146,7 +148,13 @@ class _Units:
 
 
 def _grad(e: Ev, thread_events: list[Ev], pos: int, unit: Key, where: str) -> Grad:
-    child = next((c for c in thread_events[pos + 1:] if c.ts <= e.end and c.name == ACCUMULATE), None)
+    child = None
+    for j in range(pos + 1, len(thread_events)):
+        if thread_events[j].ts > e.end:
+            break
+        if thread_events[j].name == ACCUMULATE:
+            child = thread_events[j]
+            break
     dims = child.args.get("Input Dims") if child is not None else None
     types = child.args.get("Input type") if child is not None else None
     if not (isinstance(dims, list) and dims and isinstance(dims[0], list) and isinstance(types, list) and types):
@@ -267,9 +275,15 @@ def analyse(trace: Trace) -> Analysis:
     steps: list[Step] = []
     if marks:
         windows = [(e.name[len(STEP_PREFIX):], e.ts, e.end, True) for e in marks]
-    else:
+    else:  # no schedule: one step per optimizer step (cut after each), or the whole trace
         host = [e for e in trace.events if e.pid == main[0] and e.cat not in DEVICE_CATS]
-        windows = [("(whole trace)", min(e.ts for e in host), max(e.end for e in host) + 1e-3, False)]
+        lo, hi = min(e.ts for e in host), max(e.end for e in host) + 1e-3
+        cuts = sorted(e.end + 1e-3 for e in main_events if e.name.startswith("Optimizer.step#"))
+        if any(e.name.startswith(EVALUATE) and e.ts > cuts[-1] for e in host) if cuts else True:
+            cuts.append(hi)  # a last step after the last optimizer step (or no optimizer step at all)
+        bounds = [lo, *cuts]
+        windows = [(f"#{i + 1}" if len(cuts) > 1 else "(whole trace)", a, b, False)
+                   for i, (a, b) in enumerate(itertools.pairwise(bounds))]
     for label, s0, s1, real in windows:
         step = _step(trace, main, label, s0, s1, real, skipped)
         if step is not None:
