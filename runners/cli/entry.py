@@ -15,6 +15,7 @@ from . import (
     bench,
     calibrate,
     catalog,
+    compare_trace,
     constants,
     crossover,
     emulate,
@@ -37,8 +38,8 @@ app = typer.Typer(
 )
 
 # the order of `commscope --help`
-for _module in (predict, llm, crossover, catalog, app_command, fit, calibrate, emulate, bench, imports, profile, train,
-                constants, validate):
+for _module in (predict, llm, crossover, catalog, app_command, fit, calibrate, emulate, bench, imports, compare_trace,
+                profile, train, constants, validate):
     _module.register(app)
 
 

@@ -17,7 +17,9 @@ What is read from the log (the format nccl-tests documents and prints):
 One record per row, from the out-of-place columns; the in-place ones are kept as ``inplace_*``
 fields. ``count`` and ``bytes`` are nccl-tests' own (their count is per rank for allgather,
 reduce-scatter and all-to-all). A row that cannot be read is reported with its line number and
-skipped; NCCL's own debug lines (``NCCL INFO``) are ignored.
+skipped; NCCL's own debug lines (``NCCL INFO``) are ignored. Records carry ``origin: imported`` and
+``imported_from`` (as :mod:`runners.imports` writes them). nccl-tests' ``-J`` JSON output:
+:mod:`runners.imports.nccl_tests_json`.
 """
 
 from __future__ import annotations
@@ -230,7 +232,9 @@ def parse(text: str, name: str, op: str | None = None, world_size: int | None = 
                         "inplace_busbw_GBps": row["inplace_busbw"], "inplace_wrong": row["inplace_wrong"]})
             if "inplace_error" in row:
                 res["inplace_max_error"] = row["inplace_error"]
-        out.records.append(results.record("collective", cfg, res, run, source))
+        rec = results.record("collective", cfg, res, run, source)
+        rec.update(origin="imported", imported_from={"format": "nccl-tests", "file": name})
+        out.records.append(results.validate(rec))
         if use_op not in out.ops:
             out.ops.append(use_op)
     if not out.records:
