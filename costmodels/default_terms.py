@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .cpu_sharing import SharedHost, cpu_sharing_terms
+
 
 @dataclass(frozen=True)
 class DefaultTerms:
@@ -54,16 +56,31 @@ NONE = DefaultTerms("no interference or overhead assumed (ideal, mpich)", 0.0, 0
                      "host_overhead": "no default for this library"})
 
 
-def default_entry(env: Any) -> DefaultTerms:
+def shared_cores_entry(env: Any, host: SharedHost) -> DefaultTerms:
+    """CPU ranks under gloo on ``host``, whose cores also run their communication: kappa_c and kappa_m derived
+    from the host's CPU cost per byte and the environment's beta and gamma (:mod:`costmodels.cpu_sharing`)."""
+    t = cpu_sharing_terms(env, host)
+    why = (f"derived (costmodels.cpu_sharing): {host.ranks} ranks on {host.cores:g} cores keep "
+           f"{t['load_cores']:.2f} cores busy communicating at the link's rate (c = {host.cpu_s_per_byte * 1e9:.3g} "
+           f"ns/B{'; ' + host.source if host.source else ''}; gamma = {env.gamma:.3g} s/B), of a fair share of "
+           f"{t['fair_cores']:.2f}")
+    return DefaultTerms("CPU ranks, gloo, sharing cores with their network", t["kappa_c"], t["kappa_m"], 0.0,
+                        {"kappa_c": why, "kappa_m": why, "host_overhead": CPU_GLOO.sources["host_overhead"]})
+
+
+def default_entry(env: Any, host: SharedHost | None = None) -> DefaultTerms:
     """The defaults that apply to ``env`` (by its library and, under NCCL, its GPU), with their sources; the same
-    values the presets carry (:mod:`costmodels.presets`)."""
+    values the presets carry (:mod:`costmodels.presets`). Under gloo, with the ``host`` the ranks share (cores,
+    ranks and its CPU cost per byte), interference derived from it (:func:`shared_cores_entry`)."""
     library = getattr(env, "library", "ideal")
     if library == "nccl":
         cc = getattr(env, "compute_capability", None)
         return GPU_NCCL if cc is not None and cc >= 80 else OLDER_GPU_NCCL
-    return CPU_GLOO if library == "gloo" else NONE
+    if library == "gloo":
+        return CPU_GLOO if host is None else shared_cores_entry(env, host)
+    return NONE
 
 
-def default_terms(env: Any) -> dict[str, float]:
-    """``{kappa_c, kappa_m, host_overhead}`` that commscope ships for ``env``'s kind of system."""
-    return default_entry(env).values()
+def default_terms(env: Any, host: SharedHost | None = None) -> dict[str, float]:
+    """``{kappa_c, kappa_m, host_overhead}`` that commscope ships for ``env``'s kind of system (and ``host``)."""
+    return default_entry(env, host).values()

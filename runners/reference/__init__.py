@@ -6,7 +6,10 @@ and head), every technique twice in rotated order, made by :data:`COMMAND` (into
 moved here): each rank behind its own emulated link (one network namespace per rank, tc tbf) at 200 Mbit/s
 and 2.5 Gbit/s, and a two-level cluster of 2 nodes x 2 ranks (loopback inside a node, 1 Gbit/s between).
 Per environment it keeps the sweep, fitted environment, each model's profile and the iteration records, the
-plan and the log; at the top, the validation records (three predictions per cell) and the CSV / markdown.
+plan and the log; at the top, the validation records (three predictions per cell) and the CSV / markdown, and
+``host_network_cpu.json``: the host's CPU seconds per byte at each link rate, which prediction (c) uses for ranks
+sharing cores with their communication (measured on the same host after the run, 2026-11-24, with other work
+running: its load averages are in the file; ``tools/repredict_validation.py`` predicted the run again with it).
 
 ``published/`` holds collective measurements published by others (nccl-tests tables and benchmark posts on
 8x A100, 8x H200, 2 x 8 H100 and PCIe GPUs without peer-to-peer), transcribed with their sources in

@@ -14,6 +14,7 @@ from typing import Any
 from runners import results
 from runners.measure import host_load
 
+from . import host_cpu
 from .prediction import compare
 from .rank import fit_link
 from .report import write_tables
@@ -115,6 +116,10 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
              "environment: fitted to the mean per-iteration times of this run's own sweep of "
              + ", ".join(s.sweep_ops) + " in two regimes (Hockney): alpha from the sizes below 64 KiB, beta and "
              "gamma from those from 256 KiB"]
+    emulated = [r for r, _ in envs if r is not None]
+    host_cpu_data = host_cpu.measure(emulated, outdir, lambda m: notes.append(m)) if emulated else None
+    if host_cpu_data:
+        notes.append(host_cpu.note(host_cpu_data))
     for rate, rpn in envs:
         label = env_label(rate, None if rpn in (1, ranks) else rpn, ranks)
         envdir = outdir / re.sub(r"[^A-Za-z0-9_.-]", "_", label)
@@ -147,15 +152,13 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
         if not (envdir / "environment.json").exists():
             continue
         env = cm.Environment.load(envdir / "environment.json")
-        if "sweep" in plan and (envdir / "records.jsonl").is_file():  # today's link model, fitted again
-            env = fit_link(envdir / "records.jsonl", plan).environment
-            env.save(envdir / "environment.json")
         profs = {model: cm.load_profile(profile_file(envdir, i, model))
                  for i, (model, _) in enumerate(s.workloads) if profile_file(envdir, i, model).exists()}
         if not profs:
             continue
         loaded = results.load(envdir / "records.jsonl")
-        recs = compare(loaded.records, profs, env, label)
+        recs = compare(loaded.records, profs, env, label,
+                       host=host_cpu.shared_host(host_cpu_data, loaded.records, threads))
         for r in recs:
             r["config"]["host_other_work_share"] = round(load["other_work"], 4)
         if recs:
@@ -192,6 +195,9 @@ def repredict(out: str | os.PathLike[str]) -> list[dict[str, Any]]:
     head = text[:next((i for i, ln in enumerate(text) if ln.startswith("|")), len(text))]  # notes precede tables
     notes = [ln[2:] for ln in head if ln.startswith("- ") and not ln.startswith("- host, ")]
     records: list[dict[str, Any]] = []
+    host_cpu_data = host_cpu.load(outdir)
+    if host_cpu_data:
+        notes = [n for n in notes if not n.startswith("(c) on shared cores")] + [host_cpu.note(host_cpu_data)]
     order: dict[str, int] = {}  # the run's order of environments, as its old table has them
     if (outdir / "validation.jsonl").is_file():
         for r in results.load(outdir / "validation.jsonl").records:
@@ -210,7 +216,9 @@ def repredict(out: str | os.PathLike[str]) -> list[dict[str, Any]]:
                  for i, w in enumerate(plan.get("workloads", [])) if profile_file(envdir, i, w["model"]).is_file()}
         if not profs:
             continue
-        recs = compare(results.load(envdir / "records.jsonl").records, profs, env, envdir.name)
+        measured = results.load(envdir / "records.jsonl").records
+        recs = compare(measured, profs, env, envdir.name,
+                       host=host_cpu.shared_host(host_cpu_data, measured, int(plan.get("threads", 1))))
         load_file = envdir / "host_load.json"
         if load_file.is_file():
             load = json.loads(load_file.read_text())

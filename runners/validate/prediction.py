@@ -41,24 +41,28 @@ def comm_shares(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     return {m: float(np.median(v)) for m, v in by.items()}
 
 
-def shipped_defaults(env: Any) -> Any:
+def shipped_defaults(env: Any, host: Any = None) -> Any:
     """``env`` with the interference and overhead terms that commscope ships for its kind of system (the
-    library's defaults, :func:`costmodels.default_terms`): prediction (c), what a user gets without calibrating."""
+    library's defaults, :func:`costmodels.default_terms`; CPU ranks on a ``host`` whose cores run their
+    communication too: derived from its CPU cost per byte, :mod:`costmodels.cpu_sharing`): prediction (c), what a
+    user gets without calibrating."""
     import dataclasses
 
     import costmodels as cm
 
-    return dataclasses.replace(env, **cm.default_terms(env))
+    return dataclasses.replace(env, **cm.default_terms(env, host))
 
 
-def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, environment: str) -> list[dict[str, Any]]:
+def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, environment: str,
+            host: Any = None) -> list[dict[str, Any]]:
     """Validation records: one per measured cell (technique, options, model, p; repetitions together), with three
     predictions beside the measurement:
 
     (a) ``predicted_s``: the run's sweep-fitted environment alone (interference and overhead at 0);
     (b) ``predicted_calibrated_s``: calibrated leave-one-technique-out (:mod:`runners.calibrate`) on this
         environment's other techniques;
-    (c) ``predicted_defaults_s``: the sweep-fitted environment with the shipped default terms.
+    (c) ``predicted_defaults_s``: the sweep-fitted environment with the shipped default terms (derived from the
+        ``host`` its CPU ranks share, :class:`costmodels.cpu_sharing.SharedHost`, where given).
 
     ``profiles`` is one profile for every model, or a mapping from model name to profile.
     """
@@ -87,7 +91,7 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
             loto = {lo.technique: lo.terms for lo in leave_one_technique_out(cells, base, start=start)}
         except CommscopeError:
             loto = {}
-    defaults = shipped_defaults(base)
+    defaults = shipped_defaults(base, host)
     shares = comm_shares(its)
     out = []
     for (tech, opts_json, model, p), rs in groups.items():
@@ -124,6 +128,7 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
                 result.setdefault("how", how)
             if tech in loto:
                 result["calibrated_terms"] = dict(loto[tech])
+            result["default_terms"] = {k: getattr(defaults, k) for k in ("kappa_c", "kappa_m", "host_overhead")}
             if "predicted_s" in result:  # which term accounts for the error of the best prediction available
                 e = with_terms(base, loto[tech]) if tech in loto else base
                 contrib = contributions(tech, opts, prof, e, p)
