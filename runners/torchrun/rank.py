@@ -183,10 +183,14 @@ def _first_line(exc: BaseException) -> str:
 
 def rank_main(args: Sequence[str], parse: Callable[[Sequence[str]], Any], setup_rank: Callable[[Any], Any],
               work: Callable[[Any, Any], int], what: str) -> int:
-    """The error protocol of a torchrun rank-side command (sweeps, training): bad options end with one
+    """The error protocol of a torchrun rank-side command (sweeps, training); the rank first ties its life to
+    torchrun's (:func:`.lifeline.follow_launcher`). Bad options end with one
     ``commscope: error:`` line from rank 0 and exit 2; a rank that cannot join the group, or a failure
     during ``work`` (a peer died, out of memory), ends with one line naming the rank and exit 1;
     otherwise ``work(ctx, opts)``'s exit code."""
+    from .lifeline import follow_launcher
+
+    follow_launcher()  # torchrun starts each rank in a session of its own: it must not outlive torchrun
     leader = os.environ.get("RANK", "0") == "0"
     try:
         opts = parse(args)
