@@ -36,6 +36,9 @@ def children() -> dict[int, list[int]]:
     return out
 
 
+SEEN: set[int] = set()  # every descendant a test looked at: the fixture kills those left, even when reparented
+
+
 def descendants(pid: int) -> set[int]:
     tree, found, todo = children(), set(), [pid]
     while todo:
@@ -43,6 +46,7 @@ def descendants(pid: int) -> set[int]:
             if child not in found:
                 found.add(child)
                 todo.append(child)
+    SEEN.update(found)
     return found
 
 
@@ -76,14 +80,14 @@ def runs(pid: int, module: str) -> bool:
 def started() -> Iterator[list[subprocess.Popen]]:
     """Processes a test starts; whatever of them and of their descendants is left is killed at the end (by pid)."""
     procs: list[subprocess.Popen] = []
-    seen: set[int] = set()
+    SEEN.clear()
     yield procs
     for p in procs:
-        seen |= descendants(p.pid)
+        descendants(p.pid)
         if p.poll() is None:
             p.kill()
         p.wait(timeout=10)
-    for pid in running(seen):
+    for pid in running(SEEN):
         with_cmd = cmdline(pid)
         if "runners" in with_cmd or "torch.distributed.run" in with_cmd:
             os.kill(pid, signal.SIGKILL)
@@ -179,6 +183,41 @@ def test_sigterm_to_validate_stops_its_job(started: list[subprocess.Popen], tmp_
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode != 0 and "Traceback" in out  # this script does not catch Terminated; the CLI does
     assert_all_gone(pids, within=2.0)
+
+
+@pytest.mark.multiprocess
+def test_sigterm_to_commscope_validate_takes_down_the_emulator_and_its_network(started: list[subprocess.Popen],
+                                                                               tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root (commscope validate --emulate builds network namespaces); CI runs it as "
+                    "root. Run pytest as root, or deselect it with -m 'not multiprocess'")
+    out = tmp_path / "v"
+    proc = launch(started, "validate", "--suite", "quick", "--ranks", "2", "--emulate", "1gbit", "--out", str(out))
+    log = out / "1gbit" / "log.txt"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "@@ stage 1/" not in (log.read_text() if log.exists() else ""):
+        time.sleep(0.2)
+    assert log.exists() and "@@ stage 1/" in log.read_text(), log.read_text()[-3000:] if log.exists() else ""
+    pids = descendants(proc.pid)
+    emulator = [p for p in pids if "runners.cli emulate" in cmdline(p)]
+    nodes_and_ranks = [p for p in pids if runs(p, "runners.validate.rank") and p not in emulator]
+    assert len(emulator) == 1 and len(nodes_and_ranks) == 4, [cmdline(p) for p in pids]  # 2 node sides, 2 ranks
+    namespaces = [n for n in os.listdir("/run/netns") if n.startswith(f"cs{emulator[0]}-")]
+    try:
+        assert len(namespaces) == 3
+        proc.terminate()
+        text, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signal.SIGTERM, text[-3000:]
+        assert "commscope: SIGTERM: stopped the validation job" in text
+        assert_all_gone(pids, within=2.0)
+        assert not [n for n in os.listdir("/run/netns") if n.startswith(f"cs{emulator[0]}-")]
+    finally:  # what a failure left: the emulator (by its pid), then its namespaces
+        if running(set(emulator)):
+            os.kill(emulator[0], signal.SIGKILL)
+            time.sleep(0.5)
+        for n in os.listdir("/run/netns"):
+            if n.startswith(f"cs{emulator[0]}-"):
+                subprocess.run(["ip", "netns", "del", n], capture_output=True)
 
 
 def test_the_wrapper_ties_a_child_to_its_parent(started: list[subprocess.Popen]) -> None:

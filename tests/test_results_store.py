@@ -92,8 +92,8 @@ def test_an_append_that_runs_out_of_space_writes_nothing(tmp_path: Path, monkeyp
     records = [collective(2 ** k) for k in range(10, 18)]
     one = len(path.read_bytes()) if not torn else len(before) - 26
     asked = _disk_fills_up(monkeypatch, after=6 * one + 40)  # room for 6 of the 8 records and part of the 7th
-    with pytest.raises(rs.CommscopeError, match="cannot append 8 record.* No space left on device; nothing was "
-                                                "written"):
+    with pytest.raises(rs.CommscopeError, match=r"cannot append 8 record.* No space left on device; nothing "
+                                                r"was written"):
         rs.append(path, records)
     assert asked[0] >= 8 * (one - 10)  # one buffer for all the records
     assert path.read_bytes() == before
