@@ -122,12 +122,13 @@ def test_existing_validation_is_not_overwritten(tmp_path) -> None:
 @pytest.fixture
 def no_job(monkeypatch: pytest.MonkeyPatch) -> None:
     """A test whose checks must refuse before any job starts: starting one fails it."""
-    from runners.validate import driver
+    from runners.validate import convergence_driver, driver
 
     def started(*args: object, **kwargs: object) -> None:
         raise AssertionError("a validation job was started")
 
     monkeypatch.setattr(driver, "run_job", started)
+    monkeypatch.setattr(convergence_driver, "run_job", started)
 
 
 @pytest.mark.parametrize(("argv", "message"), [
