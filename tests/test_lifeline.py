@@ -147,6 +147,18 @@ def test_sigkill_to_the_launcher_leaves_no_process(started: list[subprocess.Pope
 
 
 @pytest.mark.multiprocess
+def test_ranks_die_with_torchrun(started: list[subprocess.Popen]) -> None:
+    """torchrun starts every rank in a session of its own; SIGKILL to torchrun alone must not leave them running."""
+    proc = launch(started, *BENCH)
+    pids = wait_for_ranks(proc, "runners.measure.sweep", "redop")
+    (torchrun,) = [p for p in pids if "torch.distributed.run" in cmdline(p)]
+    os.kill(torchrun, signal.SIGKILL)
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 1 and "commscope: error: the sweep ended with exit code -9" in out, out[-2000:]
+    assert_all_gone(pids, within=3.0)
+
+
+@pytest.mark.multiprocess
 def test_sigterm_to_the_launcher_stops_torchrun_and_its_ranks(started: list[subprocess.Popen]) -> None:
     proc = launch(started, *BENCH)
     pids = wait_for_ranks(proc, "runners.measure.sweep", "redop")
