@@ -12,9 +12,9 @@ world size, ranks per node, device names, torch / NCCL / gloo versions and the e
 spec (or null). Records are validated on write (a bad record raises and nothing is written) and on
 read (a bad line is reported with file:line and reason, skipped, and loading goes on).
 
-Writes append whole lines with one ``write`` call each on a file opened with O_APPEND, then flush and
-fsync; nothing is ever rewritten in place. A line left torn by a crash is reported by the loader, and
-the next append starts on a fresh line so it cannot glue onto it.
+An append writes all its records or none: whole lines in one buffer on a file opened with O_APPEND, under a
+lock, then fsync; a failed write is cut back off. Nothing else is ever rewritten in place. A line left torn by a
+crash is reported by the loader, and the next append starts on a fresh line so it cannot glue onto it.
 """
 
 from __future__ import annotations
@@ -195,27 +195,55 @@ def record(kind: str, config: Mapping[str, Any], result: Mapping[str, Any], run:
                      "config": dict(config), "result": dict(result), "source": source})
 
 
+def _line(r: Mapping[str, Any]) -> bytes:
+    try:
+        return json.dumps(validate(r), allow_nan=False, separators=(",", ":"), sort_keys=True).encode() + b"\n"
+    except (TypeError, ValueError) as exc:  # a value JSON cannot hold (NaN, inf, an object)
+        raise RecordError(f"a record cannot be written as JSON: {exc}") from None
+
+
 def append(path: str | os.PathLike[str], records: Iterable[Mapping[str, Any]]) -> int:
-    """Append records to a JSON lines file: all are validated first (nothing is written if one is bad),
-    then each goes out as one whole line in one write, and the file is fsynced. Returns the count."""
-    lines = [json.dumps(validate(r), allow_nan=False, separators=(",", ":"), sort_keys=True).encode() + b"\n"
-             for r in records]
+    """Append records to a JSON lines file, all or none: every record is validated and serialised first (nothing
+    is written if one is bad), then the whole buffer goes out through one O_APPEND descriptor under an exclusive
+    lock, and the file is fsynced. If the write or the fsync fails (ENOSPC, EIO), the file is cut back to its
+    length before the append and a one-line :class:`CommscopeError` says why. Returns the count."""
+    import errno
+    import fcntl
+
+    lines = [_line(r) for r in records]
     if not lines:
         return 0
     target = Path(path)
     if target.parent and not target.parent.exists():
         raise CommscopeError(f"cannot write results to {target}: directory {target.parent} does not exist")
-    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        fd = os.open(target, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise CommscopeError(f"cannot write results to {target}: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # other commscope writers wait: the length below stays the file's
         size = os.fstat(fd).st_size
-        if size:
-            with open(target, "rb") as f:
-                f.seek(size - 1)
-                if f.read(1) != b"\n":  # a torn last line: keep it apart from the new records
-                    os.write(fd, b"\n")
-        for line in lines:
-            os.write(fd, line)
-        os.fsync(fd)
+        buffer = b"".join(lines)
+        if size and os.pread(fd, 1, size - 1) != b"\n":  # a torn last line: keep it apart from the new records
+            buffer = b"\n" + buffer
+        view, done = memoryview(buffer), 0
+        try:
+            while done < len(buffer):
+                n = os.write(fd, view[done:])
+                if n <= 0:
+                    raise OSError(errno.EIO, "the write made no progress")
+                done += n
+            os.fsync(fd)
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, size)
+                os.fsync(fd)
+            except OSError as undo:
+                raise CommscopeError(f"cannot append {len(lines)} record(s) to {target}: {exc.strerror or exc}; "
+                                     f"cutting it back to its {size} bytes failed too ({undo.strerror or undo}): "
+                                     "its last line may be torn") from None
+            raise CommscopeError(f"cannot append {len(lines)} record(s) to {target}: {exc.strerror or exc}; "
+                                 "nothing was written") from None
     finally:
         os.close(fd)
     return len(lines)

@@ -541,3 +541,72 @@ def test_sweep_over_an_emulated_1gbit_link_fits_beta_within_10_percent(netadmin:
     assert abs(beta / 8e-9 - 1) < 0.10, beta
     errors = fitting.prediction_errors(str(env_file), loaded.records, "allreduce", "ring_allreduce")
     assert errors.median <= 0.10, errors
+
+
+def _dead_pid() -> int:
+    """A pid that no process has now (a child that has exited and was reaped)."""
+    p = subprocess.Popen(["true"])
+    p.wait()
+    with pytest.raises(ProcessLookupError):
+        os.kill(p.pid, 0)
+    return p.pid
+
+
+def test_sigkill_to_emulate_stops_its_nodes_and_the_next_run_removes_its_namespaces(
+        capsys: pytest.CaptureFixture[str], netadmin: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "runners.cli", "emulate", "--nodes", "2", "--rate", "1gbit",
+                             "--", "sleep", "60"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    pids: list[str] = []
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(pids) < 2 and proc.poll() is None:
+            pids = [p for i in range(2) for p in subprocess.run(
+                ["ip", "netns", "pids", f"cs{proc.pid}-0-n{i}"], capture_output=True, text=True).stdout.split()]
+            time.sleep(0.05)
+        assert len(pids) == 2, proc.communicate(timeout=10)
+        proc.kill()
+        proc.wait(timeout=5)
+        left = sorted(ours(proc.pid))
+        assert len(left) == 3  # the emulator could not clean up: two nodes and the bridge
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+            time.sleep(0.05)
+        assert not [p for p in pids if Path(f"/proc/{p}").exists()], "the nodes outlived their emulator"
+        code, _, err = cli(capsys, "emulate", "--nodes", "1", "--rate", "1gbit", "--", "true")
+        assert code == 0, err
+        said = [line for line in err.splitlines() if "stale" in line]
+        assert len(said) == 1 and f"pid {proc.pid}" in said[0] and all(ns in said[0] for ns in left), err
+        assert ours(proc.pid) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for ns in ours(proc.pid):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_only_commscope_namespaces_of_dead_pids_are_removed(netadmin: Path) -> None:
+    dead = _dead_pid()
+    stale = [f"cs{dead}-0-n0", f"cs{dead}-0-br"]
+    kept = [f"cs{os.getpid()}-99-n0", f"cs{dead}-0-x", f"other{dead}-0-n0"]  # a live owner; not commscope's names
+    ip = em.require_tools()["ip"]
+    inside: subprocess.Popen | None = None
+    try:
+        for ns in stale + kept:
+            subprocess.run([ip, "netns", "add", ns], check=True)
+        subprocess.run([ip, "-n", stale[1], "link", "add", "p0", "type", "veth", "peer", "name", "eth0", "netns",
+                        stale[0]], check=True)
+        inside = subprocess.Popen([ip, "netns", "exec", stale[0], "sleep", "60"], start_new_session=True)
+        time.sleep(0.2)
+        assert em.stale_namespaces([*stale, *kept, f"cs{os.getpid()}-0-br"]) == sorted(stale)
+        said = em.remove_stale(em.require_tools())
+        assert said is not None and said.startswith("removed ") and all(ns in said for ns in stale), said
+        assert str(dead) in said and not any(k in said for k in kept)
+        names = netns_list()
+        assert not set(stale) & set(names) and set(kept) <= set(names)
+        assert inside.wait(timeout=5) == -signal.SIGKILL  # what ran in a stale namespace went with it
+    finally:
+        if inside is not None and inside.poll() is None:
+            inside.kill()
+        for ns in stale + kept:
+            subprocess.run([ip, "netns", "del", ns], capture_output=True)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -60,6 +62,55 @@ def test_bad_records_are_refused_on_write_and_nothing_is_written(tmp_path: Path,
     with pytest.raises(rs.RecordError, match=message):
         rs.append(path, [collective(2048), bad])
     assert path.read_bytes() == before  # the good record before the bad one was not written either
+
+
+def _disk_fills_up(monkeypatch: pytest.MonkeyPatch, after: int) -> list[int]:
+    """os.write writes at most ``after`` bytes in all, then fails with ENOSPC; returns the sizes it was asked for."""
+    real, asked, room = os.write, [], [after]
+
+    def write(fd: int, data: bytes) -> int:
+        asked.append(len(data))
+        if room[0] <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        n = real(fd, bytes(data)[:room[0]])
+        room[0] -= n
+        return n
+
+    monkeypatch.setattr(os, "write", write)
+    return asked
+
+
+@pytest.mark.parametrize("torn", [False, True])
+def test_an_append_that_runs_out_of_space_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          torn: bool) -> None:
+    path = tmp_path / "r.jsonl"
+    rs.append(path, [collective(1024)])
+    if torn:  # a torn last line: the separating newline is cut back off too
+        with open(path, "ab") as fh:
+            fh.write(b'{"schema": "commscope.res')
+    before = path.read_bytes()
+    records = [collective(2 ** k) for k in range(10, 18)]
+    one = len(path.read_bytes()) if not torn else len(before) - 26
+    asked = _disk_fills_up(monkeypatch, after=6 * one + 40)  # room for 6 of the 8 records and part of the 7th
+    with pytest.raises(rs.CommscopeError, match=r"cannot append 8 record.* No space left on device; nothing "
+                                                r"was written"):
+        rs.append(path, records)
+    assert asked[0] >= 8 * (one - 10)  # one buffer for all the records
+    assert path.read_bytes() == before
+    monkeypatch.undo()
+    assert rs.append(path, records[:1]) == 1 and len(rs.load(path).records) == 2
+
+
+def test_a_record_json_cannot_hold_fails_before_anything_is_written(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    rs.append(path, [collective()])
+    before = path.read_bytes()
+    for value in ({1, 2}, float("inf"), object()):
+        bad = collective(4096)
+        bad["config"]["note"] = value  # an extra field: the schema keeps it, JSON cannot
+        with pytest.raises(rs.CommscopeError, match="cannot be written as JSON"):
+            rs.append(path, [collective(2048), bad])
+    assert path.read_bytes() == before
 
 
 def test_corrupt_lines_are_reported_with_file_and_line_and_skipped(tmp_path: Path) -> None:

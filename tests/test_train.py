@@ -74,6 +74,40 @@ def test_convergence_records_loss_decreases(tmp_path: Path) -> None:
     assert it["config"]["data"] == "gaussian_mixture" and len(it["result"]["times"]) == 30
 
 
+@pytest.mark.multiprocess
+def test_a_diverging_run_is_recorded_with_its_step_and_exits_3(tmp_path: Path) -> None:
+    """lr 10^4: the loss overflows within a few steps. Every rank stops at the same evaluation (no hang, no rank
+    failing alone), the divergence is a record with its step, and ``commscope train`` exits 3 saying so."""
+    out = tmp_path / "r.jsonl"
+    job = run_train("--algorithm", "wfbp", "--model", "mlp", "--iterations", "40", "--warmup", "0", "--lr", "1e4",
+                    "--convergence", "--eval-every", "2", "--timeout", "30", "--out", str(out), timeout=60)
+    assert job.returncode == 3, job.stderr[-3000:]
+    said = [line for line in job.stderr.splitlines() if line.startswith("commscope:")]
+    assert len(said) == 1 and said[0].startswith("commscope: training diverged at step ") and str(out) in said[0]
+    recs = loaded(out)
+    conv = [r["result"] for r in recs if r["kind"] == "convergence"]
+    assert conv[-1]["diverged"] and all(not c.get("diverged") for c in conv[:-1])
+    step = conv[-1]["step"]
+    assert 0 < step <= conv[-1]["evaluated_at"] < 40 and str(step) in said[0]
+    assert math.isfinite(conv[-1]["loss"]) and conv[-1]["loss_step"] == conv[-2]["step"]
+    (it,) = [r["result"] for r in recs if r["kind"] == "iteration"]
+    assert it["diverged"] and it["diverged_step"] == step and it["iterations_timed"] == conv[-1]["evaluated_at"]
+    assert len(it["times"]) == it["iterations_timed"] and it["loss_last"] is None
+
+
+@pytest.mark.multiprocess
+def test_a_timing_run_that_diverges_says_so_after_the_timed_loop(tmp_path: Path) -> None:
+    """Without --convergence nothing is communicated inside the timed loop: the ranks agree once it is over (local
+    SGD: the ranks' losses go non-finite at different steps; the first one counts)."""
+    out = tmp_path / "r.jsonl"
+    job = run_train("--algorithm", "local_sgd", "--model", "mlp", "--iterations", "12", "--warmup", "2", "--lr",
+                    "1e4", "--timeout", "30", "--out", str(out), timeout=60)
+    assert job.returncode == 3, job.stderr[-3000:]
+    (it,) = [r["result"] for r in loaded(out)]
+    assert it["diverged"] and 0 < it["diverged_step"] <= 14 and len(it["times"]) == it["iterations_timed"] == 12
+    assert it["loss_last"] is None and f"diverged at step {it['diverged_step']} " in job.stderr
+
+
 def test_dry_run_forwards_options(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
                                   tmp_path: Path) -> None:
     monkeypatch.delenv("COMMSCOPE_NNODES", raising=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 
 import numpy as np
@@ -117,6 +118,74 @@ def test_existing_validation_is_not_overwritten(tmp_path) -> None:
     with pytest.raises(v.ValidationError, match="already holds a validation"):
         v.validate("quick", 2, tmp_path)
     assert (tmp_path / "validation.jsonl").read_text() == "keep\n"
+
+
+@pytest.fixture
+def no_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test whose checks must refuse before any job starts: starting one fails it."""
+    from runners.validate import convergence_driver, driver
+
+    def started(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a validation job was started")
+
+    monkeypatch.setattr(driver, "run_job", started)
+    monkeypatch.setattr(convergence_driver, "run_job", started)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--emulate", "1gbit", "--ranks-per-node", "0"], "--ranks-per-node must be an integer >= 1, got 0"),
+    (["--ranks-per-node", "2"], "--ranks-per-node 2 is for emulated clusters: add --emulate RATE"),
+    (["--emulate", "1gbit,100mbit,1gbit"], "--emulate gives the same environment twice: '1gbit' and '1gbit'"),
+    (["--emulate", "1gbit:2,1000mbit:2"], "same environment twice: '1gbit:2' and '1000mbit:2'"),
+    (["--emulate", "1gbit,1gbit:2", "--ranks-per-node", "2", "--ranks", "4"], "'1gbit' and '1gbit:2'"),
+    (["--convergence", "--ranks-per-node", "2"], "--ranks-per-node 2 is for emulated clusters"),
+])
+def test_cli_checks_the_layout_before_any_job(tmp_path, capsys, no_job, argv: list[str], message: str) -> None:
+    from runners.cli import main
+
+    assert main(["validate", "--out", str(tmp_path / "o"), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("commscope: error: ") and message in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
+def test_different_layouts_of_one_rate_are_two_environments() -> None:
+    from runners.validate.driver import environments
+
+    assert environments(["1gbit", "1gbit:2"], 4, None) == [("1gbit", 1), ("1gbit", 2)]
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("validation.md", "# My notes\n"), ("validation.csv", "a,b\n1,2\n"), ("validation.md", ""),
+])
+def test_a_users_report_in_out_is_refused_before_any_job(tmp_path, no_job, name: str, text: str) -> None:
+    (tmp_path / name).write_text(text)
+    with pytest.raises(v.ValidationError, match=re.escape(name) + " was not written by commscope"):
+        v.validate("quick", 2, tmp_path)
+    assert (tmp_path / name).read_text() == text and sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+def test_a_users_convergence_report_is_refused(tmp_path, no_job) -> None:
+    from runners.validate.convergence_driver import check_inputs
+
+    (tmp_path / "convergence.csv").write_text("mine\n")
+    with pytest.raises(v.ValidationError, match=r"convergence\.csv was not written by commscope"):
+        check_inputs("quick", 4, tmp_path, [], None, 1, 60.0, None)
+
+
+def test_commscopes_own_reports_may_be_replaced(tmp_path) -> None:
+    from runners.validate.driver import check_out
+
+    v.write_tables(tmp_path, [], "commscope validate ...")
+    check_out(tmp_path)  # an earlier run's tables, without records: nothing refused
+
+
+def test_every_environment_is_checked_before_the_first_job(tmp_path, no_job) -> None:
+    (tmp_path / "1gbit").mkdir()
+    (tmp_path / "1gbit" / "mine.txt").write_text("keep")
+    with pytest.raises(v.ValidationError, match="1gbit is not empty"):
+        v.validate("quick", 2, tmp_path, ["100mbit", "1gbit"])
+    assert not (tmp_path / "100mbit").exists()
 
 
 def test_plan_profiles_mgwfbp_from_this_run(tmp_path) -> None:

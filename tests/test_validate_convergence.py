@@ -91,6 +91,22 @@ def test_a_run_that_never_reaches_the_target_is_censored() -> None:
     assert not TARGET.met(nan_point)  # a diverged run never meets the target
 
 
+def test_a_run_that_diverged_is_censored_where_it_diverged() -> None:
+    pts = [_conv("fusion", 0, s, s / 10, loss, acc)["result"] for s, loss, acc in ((0, 2.0, 0.1), (10, 0.6, 0.75))]
+    # what the training loop records when the loss stops being finite: the last finite training loss (here below
+    # the target's test loss), no test loss or accuracy
+    pts.append({"step": 14, "diverged": True, "time_s": 1.5, "loss": TARGET.loss / 2, "loss_step": 10})
+    r = m.reach(pts, TARGET)
+    assert r["diverged"] and r["both"] is None and r["loss"] is None and not r["reached"]
+    assert r["last_step"] == 14 and r["last_time_s"] == 1.5 and r["final_loss"] is None
+    recs = [_constants_record(), *_curve("fusion", 0, per_step=0.1, speed=1.0),
+            *({"kind": "convergence", "config": {"algorithm": "topk", "model": "mlp", "seed": 0}, "result": p}
+              for p in pts)]
+    row = {r["label"]: r for r in analyse(recs, suite_dict(SUITE, compressor_labels(SUITE)), 4)["rows"]}["topk"]
+    assert row["diverged"] == 1 and row["reached"] == 0 and row["time_median_s"] is None
+    assert "1 of 1 seed(s) diverged (censored)" in row["note"]
+
+
 def test_censored_median_counts_censored_as_infinite() -> None:
     assert m.censored_median([3.0, None, 1.0]) == 3.0
     assert m.censored_median([1.0, None, None]) is None
@@ -313,3 +329,31 @@ def test_convergence_validation_end_to_end_on_the_host(tmp_path) -> None:
     assert (tmp_path / "convergence.md").exists() and (tmp_path / "convergence.csv").exists()
     again = load_dir(tmp_path)
     assert [r.get("time_median_s") for r in again["rows"]] == [r.get("time_median_s") for r in summary["rows"]]
+
+
+@pytest.mark.multiprocess
+def test_a_diverging_algorithm_is_a_censored_row_not_a_hang(tmp_path) -> None:
+    """Local SGD at a learning rate 10^5 times the suite's: its loss overflows within a few steps, every rank stops at
+    the same evaluation, the divergence is recorded and the run is censored; the job goes on to the next run."""
+    import time
+
+    from runners import results
+    from runners.validate.convergence_driver import validate_convergence
+
+    tiny = ConvergenceSuite("tiny", "mlp", "gaussian_mixture", 16, 0.1, 20, 5, target_loss=2.25,
+                            target_accuracy=0.15, seeds=1, lr_scale={"local_sgd": 1e5},
+                            algorithms=tuple(a for a in ALGORITHMS if a[0] in ("sgd", "local_sgd")),
+                            constants={"steps": 2, "checkpoints": 2, "noise_samples": 32, "hvp_samples": 16,
+                                       "power_iterations": 2, "draws": 2}, cost_model=False)
+    start = time.monotonic()
+    summary, failures = validate_convergence(tiny, 2, tmp_path, seeds=1, timeout=60.0, command="test")
+    assert failures == [] and time.monotonic() - start < 60
+    recs = results.load(tmp_path / "host" / "records.jsonl").records
+    (div,) = [r for r in recs if r["result"].get("diverged") and r["kind"] == "convergence"]
+    assert div["config"]["algorithm"] == "local_sgd" and 0 < div["result"]["step"] <= 20
+    (it,) = [r for r in recs if r["kind"] == "iteration" and r["config"]["algorithm"] == "local_sgd"]
+    assert it["result"]["diverged"] and it["result"]["diverged_step"] == div["result"]["step"]
+    rows = {r["label"]: r for r in summary["rows"]}
+    assert rows["local_sgd"]["diverged"] == 1 and rows["local_sgd"]["reached"] == 0
+    assert rows["local_sgd"]["time_median_s"] is None and "diverged (censored)" in rows["local_sgd"]["note"]
+    assert rows["sgd"]["diverged"] == 0

@@ -7,7 +7,9 @@
 
 Where it runs is decided as for ``commscope bench collectives``: one node (``--standalone``), or the
 nodes ``commscope emulate`` describes in COMMSCOPE_NNODES etc. Options are checked before anything
-is launched.
+is launched. Exit codes: 0 done; 1 a rank failed; 2 bad options; 3 the training diverged (its loss stopped
+being finite: the ranks stopped together, and the records say ``diverged: true`` and the step); 128 + S when
+signal S stopped it (torchrun and the ranks are stopped too).
 """
 
 from __future__ import annotations

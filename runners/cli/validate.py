@@ -9,8 +9,10 @@ Exits 0 when every environment's job and every technique ran; otherwise 1, namin
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -59,8 +61,8 @@ def validate_command(
         return
     if seeds is not None:
         raise v.ValidationError("--seeds is for convergence runs; add --convergence")
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console) as progress:
+    with _stopped_cleanly(out), Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                         TimeElapsedColumn(), console=console) as progress:
         records, failures = v.validate(suite, ranks, out, rates, threads, timeout, ranks_per_node, command, progress,
                                        backend=backend)
     rows = v.table_rows(records)
@@ -84,8 +86,8 @@ def _convergence(suite: str, ranks: int, out: Path, rates: list[str], seeds: int
         raise ValidationError(f"--convergence trains on CPU gloo ranks: --backend must be auto or gloo, "
                               f"got {backend!r}")
     check_inputs(suite, ranks, out, rates, seeds, threads, timeout, ranks_per_node)  # before any progress output
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console) as progress:  # type: ignore[arg-type]
+    with _stopped_cleanly(out), Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                         TimeElapsedColumn(), console=console) as progress:  # type: ignore[arg-type]
         _, failures = validate_convergence(suite, ranks, out, rates, seeds, threads, timeout, ranks_per_node,
                                            command, progress)
     print((out / "convergence.md").read_text(), end="")
@@ -94,6 +96,21 @@ def _convergence(suite: str, ranks: int, out: Path, rates: list[str], seeds: int
         for f in failures:
             print(f"commscope: error: failed: {f}", file=sys.stderr)
         raise SystemExit(1)
+
+
+@contextlib.contextmanager
+def _stopped_cleanly(out: Path) -> Iterator[None]:
+    """Ctrl-C, SIGTERM or SIGHUP during a job: the job (its emulated network, torchrun and ranks) is already down
+    (:func:`runners.validate.driver.run_job`); say so in one line and exit with 128 + the signal."""
+    import signal
+
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        signum = int(getattr(exc, "signum", signal.SIGINT))
+        print(f"commscope: {signal.Signals(signum).name}: stopped the validation job (its emulated network and "
+              f"ranks); {out} keeps what was written so far", file=sys.stderr)
+        raise typer.Exit(128 + signum) from None
 
 
 def register(app: typer.Typer) -> None:

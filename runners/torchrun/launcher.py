@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
 import sys
 
 import typer
 
 from costmodels.errors import CommscopeError
 
+EXIT_OUTCOME = 3  # the run finished and recorded that it failed (training diverged); its records say where
 NODE_VARIABLES = ("COMMSCOPE_NNODES", "COMMSCOPE_NODE_RANK", "COMMSCOPE_NPROC_PER_NODE", "MASTER_ADDR",
                   "MASTER_PORT")
 
@@ -60,22 +60,52 @@ def _gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def start_torchrun(cmd: list[str], env: dict[str, str] | None = None) -> int:
+    """Run a torchrun command line to its end under :func:`.lifeline.supervised` and return its exit code:
+    torchrun dies with this process (and its ranks with torchrun), SIGTERM/SIGHUP/Ctrl-C here stop torchrun's
+    process group (raising :class:`.lifeline.Terminated` or KeyboardInterrupt once it is down)."""
+    from . import lifeline
+
+    env = dict(os.environ if env is None else env)
+    env[lifeline.LAUNCHER_VARIABLE] = str(os.getpid())  # the ranks check that torchrun's parent is still this one
+    return lifeline.run(cmd, env=env)
+
+
 def run_torchrun(cmd: list[str], feature: str, what: str, threads: int = 1) -> None:
-    """Run a torchrun command line and wait; a non-zero exit ends the command with one error line.
-    Ctrl-C reaches torchrun too, which stops the ranks; ``threads`` sets OMP_NUM_THREADS (as torchrun
-    would, without its warning) unless the caller's environment already does."""
+    """Run a torchrun command line and wait; a non-zero exit ends the command with one error line, a run that
+    finished but recorded its own failure (rank 0's :func:`.rank.report_outcome`: training diverged) with that
+    line and :data:`EXIT_OUTCOME`. SIGTERM, SIGHUP or Ctrl-C stop torchrun and its ranks and end the command
+    with 128 + the signal. ``threads`` sets OMP_NUM_THREADS (as torchrun would, without its warning) unless the
+    caller's environment already does."""
+    import signal
+
     if importlib.util.find_spec("torch") is None:
         from runners._extras import require
 
         require("torch", feature)
+    import tempfile
+
+    from .rank import OUTCOME_VARIABLE
+
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(threads))
-    proc = subprocess.Popen(cmd, env=env)
+    fd, outcome = tempfile.mkstemp(prefix="commscope-outcome-", suffix=".txt")
+    os.close(fd)
+    env[OUTCOME_VARIABLE] = outcome
     try:
-        code = proc.wait()
-    except KeyboardInterrupt:  # torchrun got the same SIGINT and stops the ranks
-        code = proc.wait()
+        code = start_torchrun(cmd, env)
+        with open(outcome) as fh:
+            said = fh.read().strip()
+    except KeyboardInterrupt as exc:
+        signum = int(getattr(exc, "signum", signal.SIGINT))
+        print(f"commscope: {signal.Signals(signum).name}: stopped torchrun and its ranks", file=sys.stderr)
+        raise typer.Exit(128 + signum) from None
+    finally:
+        os.unlink(outcome)
     if code != 0:
         print(f"commscope: error: {what} ended with exit code {code} (torchrun); the messages above say why",
               file=sys.stderr)
         raise typer.Exit(code if code > 0 else 1)
+    if said:  # the ranks finished and recorded it: not an error of commscope's, but not a success either
+        print(f"commscope: {said}", file=sys.stderr)
+        raise typer.Exit(EXIT_OUTCOME)

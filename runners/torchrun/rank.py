@@ -25,6 +25,7 @@ from runners import results
 
 EXIT_FAILED = 1  # a collective failed or timed out
 EXIT_USAGE = 2  # bad options
+OUTCOME_VARIABLE = "COMMSCOPE_OUTCOME"  # a file the launcher reads after torchrun: a run's recorded failure
 BACKENDS = ("auto", "gloo", "nccl", "gloo-cuda")
 
 
@@ -71,6 +72,16 @@ class _Watchdog:
                         pass
                 why = "this rank was stopped or starved itself" if frozen else "another rank is hung, stopped or dead"
                 fail(f"{self._what} did not finish within --timeout {self.seconds:g} s on rank {self.rank} ({why})")
+
+
+def report_outcome(text: str) -> None:
+    """Tell the launcher (``commscope train``) that the run ended with a recorded failure (e.g. it diverged):
+    one line into the file ``COMMSCOPE_OUTCOME`` names; the launcher prints it and exits with
+    :data:`runners.torchrun.launcher.EXIT_OUTCOME`. Nothing happens without that variable."""
+    path = os.environ.get(OUTCOME_VARIABLE)
+    if path:
+        with open(path, "w") as fh:
+            fh.write(text.strip().replace("\n", " ") + "\n")
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> None:
@@ -183,10 +194,14 @@ def _first_line(exc: BaseException) -> str:
 
 def rank_main(args: Sequence[str], parse: Callable[[Sequence[str]], Any], setup_rank: Callable[[Any], Any],
               work: Callable[[Any, Any], int], what: str) -> int:
-    """The error protocol of a torchrun rank-side command (sweeps, training): bad options end with one
+    """The error protocol of a torchrun rank-side command (sweeps, training); the rank first ties its life to
+    torchrun's (:func:`.lifeline.follow_launcher`). Bad options end with one
     ``commscope: error:`` line from rank 0 and exit 2; a rank that cannot join the group, or a failure
     during ``work`` (a peer died, out of memory), ends with one line naming the rank and exit 1;
     otherwise ``work(ctx, opts)``'s exit code."""
+    from .lifeline import follow_launcher
+
+    follow_launcher()  # torchrun starts each rank in a session of its own: it must not outlive torchrun
     leader = os.environ.get("RANK", "0") == "0"
     try:
         opts = parse(args)

@@ -108,6 +108,10 @@ def analyse(records: Sequence[Mapping[str, Any]], suite: Mapping[str, Any], p: i
                    measured_ratio_at_least=cm_.ratio(t["at_least"], sgd_time))
         row["applies"] = bool(pr.get("applies"))
         row["note"] = pr.get("note", "")
+        row["diverged"] = sum(1 for r in m["runs"] if r.get("diverged"))  # censored at the step they diverged
+        if row["diverged"]:
+            row["note"] = "; ".join(n for n in (row["note"], f"{row['diverged']} of {t['n']} seed(s) diverged "
+                                                "(censored)") if n)
         for k in ("iterations", "iterations_worst_case", "iterations_ratio", "iterations_ratio_worst_case",
                   "iterations_ratio_eps_x10", "iterations_ratio_eps_div10", "predicted_ratio",
                   "predicted_ratio_worst_case", "predicted_ratio_cost_model", "seconds_per_step_cost_model"):

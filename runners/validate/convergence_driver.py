@@ -28,7 +28,7 @@ from runners.measure import host_load
 from .convergence_analysis import analyse, suite_dict
 from .convergence_report import write
 from .convergence_suite import ConvergenceSuite, compressor_labels, get_suite, job_command, make_plan
-from .driver import environments, run_job
+from .driver import check_out, environments, run_job
 from .suite import ValidationError, env_label
 
 
@@ -64,6 +64,7 @@ def check_inputs(suite: str | ConvergenceSuite, ranks: Any, out: str | os.PathLi
     outdir = Path(out)
     if (outdir / "convergence.jsonl").exists() or (outdir / "suite.json").exists():
         raise ValidationError(f"{outdir} already holds a convergence validation; choose another --out")
+    check_out(outdir, {"convergence.md": "# commscope validate --convergence", "convergence.csv": "label"})
     label = env_label(rate, None if rpn in (1, ranks) else rpn, ranks)
     envdir = outdir / re.sub(r"[^A-Za-z0-9_.-]", "_", label)
     if envdir.exists() and any(envdir.iterdir()):

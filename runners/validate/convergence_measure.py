@@ -59,18 +59,23 @@ def curves(records: Iterable[Mapping[str, Any]], label_of: Mapping[str, str]) ->
 
 def reach(points: Sequence[Mapping[str, Any]], target: Target) -> dict[str, Any]:
     """One run against the target: per ``what`` (both, loss, accuracy) the step and wall clock of the first
-    evaluation that meets it, or None (censored); with the run's last step, its wall clock and final values."""
+    evaluation that meets it, or None (censored); with the run's last step, its wall clock and final values. A run
+    that diverged (its last record says ``diverged``: the step its loss stopped being finite) before meeting the
+    target is censored at that step, with no final loss."""
     if not points:
         raise ValueError("a run without evaluations")
     last = points[-1]
+    diverged = bool(last.get("diverged"))
     out: dict[str, Any] = {"last_step": int(last["step"]), "last_time_s": float(last["time_s"]),
-                           "final_loss": last.get("test_loss", last.get("loss")),
+                           "final_loss": None if diverged else last.get("test_loss", last.get("loss")),
                            "final_accuracy": last.get("accuracy"),
                            "best_accuracy": max((p["accuracy"] for p in points if p.get("accuracy") is not None),
                                                 default=None),
-                           "seconds_per_step": float(last["time_s"]) / last["step"] if last["step"] else None}
+                           "seconds_per_step": float(last["time_s"]) / last["step"] if last["step"] else None,
+                           "diverged": diverged}
+    evaluated = [p for p in points if not p.get("diverged")]  # a divergence record meets no target
     for what in WHATS:
-        hit = next((p for p in points if target.met(p, what)), None)
+        hit = next((p for p in evaluated if target.met(p, what)), None)
         out[what] = None if hit is None else {"step": int(hit["step"]), "time_s": float(hit["time_s"])}
     out["reached"] = out["both"] is not None
     return out

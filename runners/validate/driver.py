@@ -7,12 +7,13 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from runners import results
 from runners.measure import host_load
+from runners.torchrun import lifeline
 
 from . import host_cpu
 from .prediction import compare
@@ -22,21 +23,25 @@ from .suite import SUITES, Suite, ValidationError, env_label, job_command, make_
 
 _STAGE = re.compile(r"@@ stage (\d+)/(\d+): (.*)")
 _FAILED = re.compile(r"@@ failed (\S+): (.*)")
+JOB_STOP_GRACE_S = 30.0  # a stopped job's emulator stops its nodes and deletes its namespaces meanwhile
 
 
 def run_job(cmd: Sequence[str], log: Path, on_stage: Callable[[int, int, str], None], threads: int
             ) -> tuple[int, list[str], list[str]]:
     """Run one environment's job, its output into ``log``; returns (exit code, failed techniques, its
-    ``commscope: error:`` lines, or its last lines where it printed none)."""
+    ``commscope: error:`` lines, or its last lines where it printed none). The job runs in a process group of its
+    own that dies with this process; SIGTERM, SIGHUP or Ctrl-C here stop it (an emulator removes its network)
+    and raise :class:`runners.torchrun.lifeline.Terminated` or KeyboardInterrupt."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
     failed: list[str] = []
     tail: list[str] = []
     errors: list[str] = []
-    with open(log, "w") as fh, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                                 env=env, bufsize=1) as proc:
+    with open(log, "w") as fh, lifeline.supervised(cmd, JOB_STOP_GRACE_S, stdout=subprocess.PIPE,
+                                                   stderr=subprocess.STDOUT, text=True, env=env, bufsize=1) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
             fh.write(line)
+            fh.flush()  # log.txt follows the job as it runs
             tail = [*tail, line.rstrip()][-15:]
             if "commscope: error:" in line:
                 errors.append(line.strip())
@@ -46,8 +51,7 @@ def run_job(cmd: Sequence[str], log: Path, on_stage: Callable[[int, int, str], N
             f = _FAILED.search(line)
             if f:
                 failed.append(f"{f.group(1)} ({f.group(2)})")
-        code = proc.wait()
-    return code, failed, errors or tail
+    return proc.returncode, failed, errors or tail
 
 
 def environments(emulate: Sequence[str], ranks: int, ranks_per_node: int | None) -> list[tuple[str | None, int]]:
@@ -55,12 +59,19 @@ def environments(emulate: Sequence[str], ranks: int, ranks_per_node: int | None)
     per emulated node: loopback inside a node, the shaped link between nodes); the host alone without --emulate."""
     from runners.measure.emulate import parse_rate
 
+    if ranks_per_node is not None:
+        if isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, int) or ranks_per_node < 1:
+            raise ValidationError(f"--ranks-per-node must be an integer >= 1, got {ranks_per_node!r}")
+        if not emulate:
+            raise ValidationError(f"--ranks-per-node {ranks_per_node} is for emulated clusters: add --emulate RATE "
+                                  "(without it every rank runs on this host)")
     if not emulate:
         return [(None, ranks)]
     out: list[tuple[str | None, int]] = []
+    seen: dict[tuple[int, int], str] = {}
     for item in emulate:
         rate, _, k = item.partition(":")
-        parse_rate(rate)  # a bad rate fails before anything runs
+        bps = parse_rate(rate)  # a bad rate fails before anything runs
         rpn = ranks_per_node or 1
         if k:
             try:
@@ -72,8 +83,38 @@ def environments(emulate: Sequence[str], ranks: int, ranks_per_node: int | None)
                                       f"e.g. 1gbit:2")
         if ranks % rpn:
             raise ValidationError(f"--ranks {ranks} is not a multiple of {rpn} ranks per node (--emulate {item!r})")
+        if (bps, rpn) in seen:
+            raise ValidationError(f"--emulate gives the same environment twice: {seen[bps, rpn]!r} and {item!r} "
+                                  f"({rpn} rank(s) per node at {bps} bit/s); give each rate once")
+        seen[bps, rpn] = item
         out.append((rate, rpn))
     return out
+
+
+# the first line of each report commscope writes into --out starts so (the CSV: its first column's name)
+REPORTS = {"validation.md": "# commscope validate", "validation.csv": "technique"}
+
+
+def check_out(outdir: Path, reports: Mapping[str, str] = REPORTS) -> None:
+    """Refuse an ``outdir`` holding a report of :data:`REPORTS` that commscope did not write (its first line is
+    not commscope's): the run would overwrite it at the end."""
+    for name, marker in reports.items():
+        path = outdir / name
+        if not path.exists():
+            continue
+        first = _first_line(path)
+        if not path.is_file() or not (first.startswith(marker) if marker.startswith("#") else
+                                       first.split(",")[0].strip() == marker):
+            raise ValidationError(f"{path} was not written by commscope and the run would overwrite it; choose "
+                                  "another --out or move it")
+
+
+def _first_line(path: Path) -> str:
+    try:
+        with open(path, "rb") as fh:
+            return fh.readline(4096).decode(errors="replace").rstrip("\r\n")
+    except OSError:
+        return ""
 
 
 def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulate: Sequence[str] = (),
@@ -98,6 +139,12 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
     outdir = Path(out)
     if (outdir / "validation.jsonl").exists():
         raise ValidationError(f"{outdir} already holds a validation (validation.jsonl); choose another --out")
+    check_out(outdir)
+    envdirs = [outdir / re.sub(r"[^A-Za-z0-9_.-]", "_", env_label(r, None if k in (1, ranks) else k, ranks))
+               for r, k in envs]
+    for envdir in envdirs:  # every environment checked before the first job runs
+        if envdir.exists() and any(envdir.iterdir()):
+            raise ValidationError(f"{envdir} is not empty; choose another --out")
     outdir.mkdir(parents=True, exist_ok=True)
     all_records: list[dict[str, Any]] = []
     failures: list[str] = []
@@ -120,11 +167,8 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
     host_cpu_data = host_cpu.measure(emulated, outdir, lambda m: notes.append(m)) if emulated else None
     if host_cpu_data:
         notes.append(host_cpu.note(host_cpu_data))
-    for rate, rpn in envs:
+    for (rate, rpn), envdir in zip(envs, envdirs, strict=True):
         label = env_label(rate, None if rpn in (1, ranks) else rpn, ranks)
-        envdir = outdir / re.sub(r"[^A-Za-z0-9_.-]", "_", label)
-        if envdir.exists() and any(envdir.iterdir()):
-            raise ValidationError(f"{envdir} is not empty; choose another --out")
         envdir.mkdir(parents=True, exist_ok=True)
         plan = make_plan(s, envdir, ranks, rpn, threads, timeout, backend=backend)
         plan_path = envdir / "plan.json"

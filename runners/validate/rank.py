@@ -30,7 +30,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import subprocess
 import sys
 import traceback
 from collections.abc import Sequence
@@ -221,13 +220,18 @@ def _train(ctx: Any, plan: dict[str, Any], w: dict[str, Any], name: str, options
 
 def torchrun_node(plan_path: str, module: str) -> int:
     """Inside ``commscope emulate`` (or on one node): torchrun ``module`` with the node's layout from the plan."""
-    from runners.torchrun.launcher import launch_args
+    import signal
+
+    from runners.torchrun.launcher import launch_args, start_torchrun
 
     plan = load_plan(plan_path)
     where, _world = launch_args(plan.get("ranks_per_node"))
     cmd = [sys.executable, "-m", "torch.distributed.run", *where, "-m", module, plan_path]
     env = {**os.environ, "OMP_NUM_THREADS": str(plan.get("threads", 1))}
-    return subprocess.run(cmd, env=env, check=False).returncode
+    try:
+        return start_torchrun(cmd, env)
+    except KeyboardInterrupt as exc:  # torchrun and its ranks are down
+        return 128 + int(getattr(exc, "signum", signal.SIGINT))
 
 
 def _node(plan_path: str) -> int:

@@ -20,7 +20,17 @@ from .ceiling import (
     tcp_throughput,
 )
 from .cluster import MAX_MTU, MAX_NODES, MIN_MTU, build_spec, create_cluster, emulated_cluster
-from .namespaces import BRIDGE, DEFAULT_MASTER_PORT, INTERFACE, STOP_GRACE_S, SUBNET, EmulatedCluster, list_namespaces
+from .namespaces import (
+    BRIDGE,
+    DEFAULT_MASTER_PORT,
+    INTERFACE,
+    STOP_GRACE_S,
+    SUBNET,
+    EmulatedCluster,
+    list_namespaces,
+    remove_stale,
+    stale_namespaces,
+)
 from .nodes import forward, supervise
 from .shaping import (
     BURST_SECONDS,
@@ -51,5 +61,6 @@ __all__ = ["BRIDGE", "BURST_SECONDS", "CACHE_SCHEMA", "CEILING_MAX_AGE_S", "CEIL
            "RATE_PROBE_S", "STOP_GRACE_S", "SUBNET", "TCP_IP_HEADERS", "EmulatedCluster", "EmulationError",
            "apply_settings", "build_spec", "cache_dir", "check_rate", "create_cluster", "emulated_cluster",
            "expected_beta", "format_rate", "forward", "host_ceiling", "list_namespaces", "netem_available",
-           "node_sysctls", "parse_delay", "parse_rate", "require_netem", "require_root", "require_tools", "rps_mask",
-           "socket_buffer_bytes", "supervise", "tbf_params", "tcp_flows", "tcp_throughput", "wire_overhead"]
+           "node_sysctls", "parse_delay", "parse_rate", "remove_stale", "require_netem", "require_root",
+           "require_tools", "rps_mask", "socket_buffer_bytes", "stale_namespaces", "supervise", "tbf_params",
+           "tcp_flows", "tcp_throughput", "wire_overhead"]

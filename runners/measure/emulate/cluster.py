@@ -20,7 +20,7 @@ from typing import Any
 
 from . import tuning
 from .ceiling import CEILING_WARN_FRACTION, RATE_CHECK_MAX_FRACTION, check_rate, host_ceiling
-from .namespaces import DEFAULT_MASTER_PORT, INTERFACE, SUBNET, EmulatedCluster
+from .namespaces import DEFAULT_MASTER_PORT, INTERFACE, SUBNET, EmulatedCluster, remove_stale
 from .shaping import (
     L2_HEADER,
     NETEM_LIMIT_PACKETS,
@@ -96,11 +96,15 @@ def create_cluster(nodes: int, ranks_per_node: int, rate: str | int | float, del
                    reprobe: bool = False, measure_ceiling: bool = True,
                    congestion_control: str = tuning.CONGESTION_CONTROL, verify_rate: bool = True,
                    warn: Callable[[str], None] | None = _stderr_warning) -> EmulatedCluster:
-    """Build the emulated cluster and return it; the caller must ``close()`` it (or use it in ``with``)."""
+    """Build the emulated cluster and return it; the caller must ``close()`` it (or use it in ``with``). Namespaces
+    of commscope runs that are gone (:func:`.namespaces.stale_namespaces`) are removed first, and ``warn`` told."""
     build_spec(nodes, ranks_per_node, rate, delay, mtu, burst)  # validate before touching the system
     _check_int("--master-port", master_port, 1, 65535)
     require_root()
     tools = require_tools()
+    removed = remove_stale(tools)  # a commscope killed (SIGKILL) before its teardown left these behind
+    if removed and warn is not None:
+        warn(removed)
     if delay is not None:
         require_netem()
     ceiling = host_ceiling(mtu, reprobe=reprobe, tools=tools) if measure_ceiling else None

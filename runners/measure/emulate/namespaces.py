@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -27,6 +28,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from runners.torchrun import lifeline
+
 from .shaping import _check_int
 from .system import EmulationError, _names, _run
 
@@ -35,6 +38,7 @@ INTERFACE = "eth0"
 BRIDGE = "br0"
 DEFAULT_MASTER_PORT = 29500
 STOP_GRACE_S = 2.0
+NAME = re.compile(r"cs(\d+)-\d+-(?:n\d+|br)")  # cs<owner pid>-<k>-n<i> or -br: the names this module gives
 
 
 class EmulatedCluster:
@@ -126,13 +130,16 @@ class EmulatedCluster:
         return [self._tools["ip"], "netns", "exec", self.namespaces[node], *cmd]
 
     def popen(self, node: int, command: str | Sequence[str], **kwargs: Any) -> subprocess.Popen:
-        """Start ``command`` in ``node``'s namespace (own session, stdin from /dev/null unless given)."""
+        """Start ``command`` in ``node``'s namespace (own session, stdin from /dev/null unless given); it gets
+        SIGTERM if this process dies without closing the cluster."""
         if self._closed:
             raise EmulationError("this emulated cluster is closed")
         _check_int("node", node, 0, self.nodes - 1)
         kwargs.setdefault("stdin", subprocess.DEVNULL)
         kwargs.setdefault("start_new_session", True)
-        proc = subprocess.Popen(self.argv(node, command), env=self.env(node, kwargs.pop("env", None)), **kwargs)
+        # the command gets SIGTERM when this process dies, even by SIGKILL (see runners.torchrun.lifeline)
+        proc = subprocess.Popen(lifeline.wrap(self.argv(node, command)), env=self.env(node, kwargs.pop("env", None)),
+                                **kwargs)
         self._procs.append(proc)
         return proc
 
@@ -243,3 +250,45 @@ def list_namespaces() -> list[str]:
         return sorted(p.name for p in where.iterdir())
     except FileNotFoundError:
         return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stale_namespaces(names: Sequence[str] | None = None) -> list[str]:
+    """The namespaces named as this module names them (``cs<pid>-<k>-n<i>``, ``cs<pid>-<k>-br``) whose owner pid is
+    no live process: left behind by a commscope killed before it could remove them. Other names, and names of a
+    live pid, are never listed."""
+    names = list_namespaces() if names is None else list(names)
+    return sorted(n for n in names if (m := NAME.fullmatch(n)) and not _alive(int(m.group(1))))
+
+
+def remove_stale(tools: Mapping[str, str]) -> str | None:
+    """Remove :func:`stale_namespaces`: kill what still runs in them, delete them (their veths and bridge go with
+    them). Returns one line saying what was removed, and what could not be, or None when there was nothing."""
+    stale = stale_namespaces()
+    if not stale:
+        return None
+    for ns in stale:
+        pids = _run([tools["ip"], "netns", "pids", ns], "ip netns pids", check=False).stdout.split()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, ValueError, PermissionError):
+                os.kill(int(pid), signal.SIGKILL)
+    _run([tools["ip"], "-force", "-batch", "-"], "deleting stale namespaces", check=False,
+         input="".join(f"netns del {ns}\n" for ns in stale))
+    left = sorted(set(list_namespaces()) & set(stale))
+    gone = [ns for ns in stale if ns not in left]
+    owners = sorted({int(NAME.fullmatch(ns).group(1)) for ns in stale})  # type: ignore[union-attr]
+    line = (f"removed {len(gone)} stale emulated-network namespace(s) of commscope runs that are gone (pid "
+            f"{', '.join(map(str, owners))}): {', '.join(gone)}" if gone else "")
+    if left:
+        line += ("; " if line else "") + (f"could not delete stale namespace(s) {', '.join(left)}; remove them with "
+                                          "'ip netns del NAME'")
+    return line

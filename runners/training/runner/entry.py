@@ -6,14 +6,19 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from runners.torchrun.rank import rank_main
+from runners.torchrun.rank import rank_main, report_outcome
 
 from .loop import setup, train
 from .options import parse_args
 
 
 def _train_and_finish(ctx: Any, opts: Any) -> int:
-    train(ctx, opts)
+    written = train(ctx, opts)
+    steps = [r["result"]["diverged_step"] if r["kind"] == "iteration" else r["result"]["step"] for r in written
+             if r["result"].get("diverged")]
+    if steps:  # rank 0: the records say where; the launcher ends with its own exit code
+        report_outcome(f"training diverged at step {steps[0]} (its loss is not finite); "
+                       + (f"recorded in {opts.out}" if opts.out else "recorded as diverged: true"))
     ctx.dist.barrier()
     ctx.dist.destroy_process_group()
     return 0

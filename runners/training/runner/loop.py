@@ -22,6 +22,14 @@ the training loss averaged over ranks (at step 0 the initial model's loss on the
 the mean over the steps since the previous record), ``time_s`` the wall-clock seconds since training
 began, and for classifiers (one target per sample) ``test_loss`` and ``accuracy`` on the held-out
 split.
+
+A run **diverges** when its loss stops being finite. With ``--convergence`` every evaluation's all-reduced loss
+tells all ranks at once: they stop there together, and rank 0 appends a last ``convergence`` record with
+``diverged: true``, ``step`` (the first step whose training loss was not finite on some rank, or the evaluation's
+step when only the test loss was), ``evaluated_at``, and ``loss`` / ``loss_step`` of the last finite evaluation.
+Without it nothing is communicated inside the timed loop, so the ranks agree after it (one MIN all-reduce of each
+rank's first non-finite step). The ``iteration`` record then says ``diverged``, ``diverged_step`` and
+``iterations_timed`` (its statistics cover the timed steps run); a run that diverged during the warm-up has none.
 """
 
 from __future__ import annotations
@@ -139,6 +147,17 @@ def _evaluate(ctx: Context, model: Any, loss_fn: Any, test: tuple[Any, Any]) -> 
     return float(t[0] / t[2]), float(t[1] / t[2])
 
 
+def _first_over_ranks(ctx: Context, step: float) -> float:
+    """The smallest ``step`` over the ranks (inf where no rank has one)."""
+    t = ctx.torch.tensor([step], dtype=ctx.torch.float64, device=ctx.device)
+    ctx.dist.all_reduce(t, op=ctx.dist.ReduceOp.MIN)
+    return float(t[0])
+
+
+def _finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
 def _mean_over_ranks(ctx: Context, value: float) -> float:
     t = ctx.torch.tensor([value], dtype=ctx.torch.float64, device=ctx.device)
     ctx.dist.all_reduce(t)
@@ -194,19 +213,41 @@ def train(ctx: Context, opts: Options, stdout: Any = None) -> list[dict[str, Any
     written: list[dict[str, Any]] = []
     started = time.perf_counter()
     window: list[float] = []
+    first_bad = math.inf  # the first step whose loss was not finite on this rank
+    last_good = (0, math.nan)  # (step, loss) of the last evaluation with a finite loss
+    diverged: int | None = None  # the step the run diverged at, once every rank knows it
+
+    def emit(kind: str, cfg: dict[str, Any], res: dict[str, Any]) -> None:
+        rec = results.record(kind, cfg, res, run, SOURCE)
+        if opts.out:
+            results.append(opts.out, [rec])
+        written.append(rec)
 
     def checkpoint(step: int, loss: float) -> None:
+        nonlocal last_good, diverged
         res: dict[str, Any] = {"step": step, "loss": _mean_over_ranks(ctx, loss),
                                "time_s": time.perf_counter() - started}
         if test is not None:
             res["test_loss"], res["accuracy"] = _evaluate(ctx, trainer.model, loss_fn, test)
+        # every rank sees the same all-reduced values, so every rank takes the same branch
+        if math.isfinite(res["loss"]) and math.isfinite(res.get("test_loss", 0.0)):
+            last_good = (step, res["loss"])
+            if lead:
+                emit("convergence", conv_cfg, res)
+                acc = f", test loss {res['test_loss']:.4f}, accuracy {res['accuracy']:.3f}" if "accuracy" in res else ""
+                say(f"# step {step}: loss {res['loss']:.4f}{acc} ({res['time_s']:.1f} s)")
+            return
+        if step == 0:
+            raise TrainError(f"the initial model's loss is {res['loss']} on the first batch of {opts.dataset}: "
+                             "check the model and the data set")
+        bad = _first_over_ranks(ctx, first_bad)
+        diverged = int(bad) if math.isfinite(bad) else step  # else: the update of this step made the model non-finite
         if lead:
-            rec = results.record("convergence", conv_cfg, res, run, SOURCE)
-            if opts.out:
-                results.append(opts.out, [rec])
-            written.append(rec)
-            acc = f", test loss {res['test_loss']:.4f}, accuracy {res['accuracy']:.3f}" if "accuracy" in res else ""
-            say(f"# step {step}: loss {res['loss']:.4f}{acc} ({res['time_s']:.1f} s)")
+            emit("convergence", conv_cfg, {
+                "step": diverged, "diverged": True, "time_s": res["time_s"], "evaluated_at": step,
+                "loss": last_good[1], "loss_step": last_good[0],
+                "nonfinite": "training loss" if not math.isfinite(res["loss"]) else "test loss"})
+            say(f"# step {step}: DIVERGED (the loss is not finite since step {diverged}); the run stops here")
 
     if opts.convergence:
         x0, y0 = next_batch()
@@ -216,10 +257,12 @@ def train(ctx: Context, opts: Options, stdout: Any = None) -> list[dict[str, Any
     step = 0
 
     def one_step() -> Any:
-        nonlocal step
+        nonlocal step, first_bad
         x, y = next_batch()
         r = trainer.step(x, y, loss_fn)
         step += 1
+        if not math.isfinite(float(r.loss)) and step < first_bad:
+            first_bad = step
         if opts.convergence:
             window.append(float(r.loss))
             if step % opts.eval_every == 0:
@@ -229,21 +272,37 @@ def train(ctx: Context, opts: Options, stdout: Any = None) -> list[dict[str, Any
 
     for _ in range(opts.warmup):
         one_step()
+        if diverged is not None:
+            break
     local = []
     losses = []
     every = max(1, opts.iterations // 10)
     ctx.dist.barrier()  # the timed loop starts on all ranks together
     loop_started = time.perf_counter()
-    for k in range(1, opts.iterations + 1):
+    for k in range(1, opts.iterations + 1 if diverged is None else 1):
         r = one_step()
         local.append([float(getattr(r, part)) for part in PARTS])
         losses.append(float(r.loss))
         if k % every == 0 or k == opts.iterations:
             say(f"[{k}/{opts.iterations}] {r.total * 1e3:.2f} ms (rank 0), loss {r.loss:.4f}")
+        if diverged is not None:
+            break
     trainer.sync()
     wall = torch.tensor([time.perf_counter() - loop_started], dtype=torch.float64, device=ctx.device)
-    if opts.convergence and window:
+    if opts.convergence and window and diverged is None:
         checkpoint(step, sum(window) / len(window))
+    bad = _first_over_ranks(ctx, first_bad)  # after the timed loop: nothing is communicated inside it
+    if diverged is None and math.isfinite(bad):
+        diverged = int(bad)
+        say(f"# DIVERGED: the loss is not finite since step {diverged}")
+    cfg = {"algorithm": tech.name, "model": entry.name, "batch_size": opts.batch_size, "world_size": ctx.world,
+           "options": merged, "iterations": opts.iterations, "warmup": opts.warmup, "threads": opts.threads,
+           "lr": opts.lr, "seed": opts.seed, "data": opts.dataset if opts.convergence else "synthetic"}
+    if not local:  # the run diverged during the warm-up: no timed iteration
+        say(f"# {tech.name} {entry.name}: diverged at step {diverged} during the warm-up; no iteration timed")
+        if opts.out and lead:
+            say(f"# wrote {len(written)} record(s) to {opts.out}")
+        return written
     ctx.dist.all_reduce(wall, op=ctx.dist.ReduceOp.MAX)
     t = torch.tensor(local, dtype=torch.float64, device=ctx.device)
     least = t[:, PARTS.index("exposed_comm")].clone()
@@ -254,20 +313,17 @@ def train(ctx: Context, opts: Options, stdout: Any = None) -> list[dict[str, Any
     time_s = _quantile(times, 0.5)
     res = {"time_s": time_s, "time_p10_s": _quantile(times, 0.1), "time_p90_s": _quantile(times, 0.9),
            "time_min_s": min(times), "throughput_samples_per_s": ctx.world * opts.batch_size / time_s,
-           "times": times, "wall_s": float(wall[0]), "mean_time_s": float(wall[0]) / opts.iterations,
-           "loss_first": losses[0], "loss_last": losses[-1]}
+           "times": times, "wall_s": float(wall[0]), "mean_time_s": float(wall[0]) / len(local),
+           "loss_first": _finite_or_none(losses[0]), "loss_last": _finite_or_none(losses[-1]),
+           "diverged": diverged is not None}
+    if diverged is not None:
+        res.update(diverged_step=diverged, iterations_timed=len(local))
     for i, part in enumerate(PARTS[1:], start=1):
         res[f"{part}_s"] = _quantile([row[i] for row in per_iter], 0.5)
     # the rank that arrives last waits for no one: its exposed communication is the iteration's own
     res["exposed_comm_min_s"] = _quantile(least.cpu().tolist(), 0.5)
-    cfg = {"algorithm": tech.name, "model": entry.name, "batch_size": opts.batch_size, "world_size": ctx.world,
-           "options": merged, "iterations": opts.iterations, "warmup": opts.warmup, "threads": opts.threads,
-           "lr": opts.lr, "seed": opts.seed, "data": opts.dataset if opts.convergence else "synthetic"}
     if lead:
-        rec = results.record("iteration", cfg, res, run, SOURCE)
-        if opts.out:
-            results.append(opts.out, [rec])
-        written.append(rec)
+        emit("iteration", cfg, res)
     ms = {k: res[f"{k}_s"] * 1e3 for k in PARTS[1:]}
     say(f"# {tech.name} {entry.name}: {time_s * 1e3:.2f} ms/iteration (p10 {res['time_p10_s'] * 1e3:.2f}, "
         f"p90 {res['time_p90_s'] * 1e3:.2f}, max over {ctx.world} ranks), "
