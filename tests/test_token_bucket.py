@@ -138,3 +138,20 @@ def test_burst_bytes_is_validated_and_saved(tmp_path: Path) -> None:
     assert json.loads(path.read_text())["burst_bytes"] == 100_000
     assert cm.Environment.load(path) == SHAPED
     assert "token bucket 100,000 B" in SHAPED.summary()
+
+
+def test_a_sweep_whose_latency_the_bucket_hides_fits_beta_and_leaves_alpha_out() -> None:
+    # 1-16 MiB on 2 ranks at 1 Gbit/s with a 500 kB bucket: every step sends >= 512 KiB, longer than alpha, so no
+    # record depends on alpha: beta is fitted, alpha fixed at 0 and said so (it used to be an error)
+    env = cm.Environment(alpha=1e-3, beta=8.36e-9, burst_bytes=500_000)
+    net = {"rate": "1gbit", "expected_beta_s_per_byte": 8.36e-9, "qdisc": {"tbf": {"burst_bytes": 500_000}}}
+    run = {"host": "node0", "backend": "gloo", "world_size": 2, "ranks_per_node": 1, "devices": ["cpu"],
+           "torch": None, "nccl": None, "gloo": None, "network": net}
+    recs = [rs.record("collective", {"op": "allreduce", "bytes": nb, "count": nb // 4, "dtype": "float32",
+                                     "warmup": 1, "iterations": 5},
+                      {"time_s": float(RING.time(nb, 2, env)), "algbw_GBps": 0.0, "busbw_GBps": 0.0, "wrong": 0}, run)
+            for nb in (1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20)]
+    res = fitting.fit(recs, "allreduce", "ring_allreduce")
+    assert res.parameters["beta"].value == pytest.approx(8.36e-9, rel=1e-6)
+    assert res.parameters["alpha"].status == "not identifiable" and res.environment.alpha == 0.0
+    assert "token bucket hides" in res.parameters["alpha"].note

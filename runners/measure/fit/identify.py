@@ -100,8 +100,12 @@ def _identify(cols: dict[str, np.ndarray], d: _Data, g: int, gamma_fixed: float 
         cols = merged
     if gamma_fixed is not None:
         why["gamma"] = "fixed by the caller"
+    if "alpha" not in accepted and "beta" in accepted and not np.any(cols["alpha"]):
+        # every record's latency hidden behind its sends by the link's token bucket: nothing depends on alpha
+        why["alpha"] = ("not identifiable: the link's token bucket hides every record's latency behind its sends "
+                        "(costmodels.collectives.token_bucket); fixed at 0: sweep sizes below the bucket to fit it")
     for k in ("beta", "alpha"):
-        if k not in accepted:
+        if k not in accepted and not (k == "alpha" and why.get("alpha", "").startswith("not identifiable: the link")):
             sizes = sorted(set(d.n.tolist()))
             raise _SkipError(f"alpha and beta are not separable from these records ({k}: {why.get(k, '')}; sizes "
                         f"{', '.join(cm.format_size(s) for s in sizes[:6])}{' ...' if len(sizes) > 6 else ''}): "
