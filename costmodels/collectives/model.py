@@ -118,11 +118,16 @@ class Evaluator:
     intercept: np.ndarray | None = None
     slope: np.ndarray | None = None
     shaped: tuple[CompiledExpr, CompiledExpr, Any, Any] | None = None
+    affine_shaped: tuple[Any, ...] | None = None
 
     def __call__(self, n_: Any) -> np.ndarray:
         sizes = np.asarray(n_, dtype=np.float64)
         if self.intercept is not None:
             return self.intercept + self.slope * sizes
+        if self.affine_shaped is not None:  # T, dT/d alpha and dT/d beta affine in n: their coefficients, kept
+            a, b, s_a, s_b, w_a, w_b, link_beta, burst = self.affine_shaped
+            t = token_bucket_time(a + b * sizes, s_a + s_b * sizes, w_a + w_b * sizes, link_beta, burst)
+            return t if self.invalid is None else np.where(self.invalid, np.nan, t)
         t = np.asarray(self.compiled(sizes, self.args), dtype=np.float64)
         if self.shaped is not None:
             d_alpha, d_beta, link_beta, burst = self.shaped
@@ -132,7 +137,9 @@ class Evaluator:
     def on_rows(self, rows: Callable[[Any], Any]) -> Evaluator:
         """The same evaluator on part of its shape: ``rows`` maps each array to that part."""
         shaped = None if self.shaped is None else (*self.shaped[:2], rows(self.shaped[2]), rows(self.shaped[3]))
-        return replace(self, args=[rows(x) for x in self.args], invalid=rows(self.invalid), shaped=shaped)
+        affine = None if self.affine_shaped is None else tuple(rows(x) for x in self.affine_shaped)
+        return replace(self, args=[rows(x) for x in self.args], invalid=rows(self.invalid), shaped=shaped,
+                       affine_shaped=affine)
 
 
 @dataclass(frozen=True, eq=False)
@@ -196,6 +203,11 @@ class Collective:
     @cached_property
     def _compiled(self) -> dict[str, CompiledExpr]:
         return {}
+
+    def _derivative(self, sym: sp.Symbol) -> CompiledExpr:
+        """d time / d ``sym``, compiled once (the derivative is only taken on the first call)."""
+        c = self._compiled.get(f"d/d{sym.name}")
+        return c if c is not None else self._compile(f"d/d{sym.name}", sp.diff(self.expr, sym))
 
     def _compile(self, key: str, expr: sp.Expr) -> CompiledExpr:
         c = self._compiled.get(key)
@@ -289,8 +301,7 @@ class Collective:
         """What :func:`.token_bucket_time` needs besides n, or None over links without a bucket."""
         if "burst" not in link:
             return None
-        d_alpha = self._compile("d/dalpha", sp.diff(self.expr, alpha))
-        d_beta = self._compile("d/dbeta", sp.diff(self.expr, beta))
+        d_alpha, d_beta = self._derivative(alpha), self._derivative(beta)
         return d_alpha, d_beta, args[self._args.index(beta)], link["burst"]
 
     def time(self, n: Any, p: Any, env: Environment, *, out_of_domain: str = "raise",
@@ -328,8 +339,13 @@ class Collective:
         shaping = self._shaping(args, link)
         if shaping is not None:
             shape = np.broadcast_shapes(shape, np.shape(shaping[3]))
-            return Evaluator(shape, compiled, args, invalid if invalid is not None and np.any(invalid) else None,
-                             shaped=shaping)
+            bad = invalid if invalid is not None and np.any(invalid) else None
+            if compiled.affine and shaping[0].affine and shaping[1].affine:
+                coefficients = [np.broadcast_to(np.asarray(v, dtype=np.float64), shape)
+                                for c in (compiled, shaping[0], shaping[1]) for v in c.coefficients(args)]
+                return Evaluator(shape, compiled, args, bad, shaped=shaping,
+                                 affine_shaped=(*coefficients, shaping[2], shaping[3]))
+            return Evaluator(shape, compiled, args, bad, shaped=shaping)
         if compiled.affine:
             a, b = (np.broadcast_to(np.asarray(v, dtype=np.float64), shape) for v in compiled.coefficients(args))
             if invalid is not None and np.any(invalid):
@@ -351,7 +367,7 @@ class Collective:
         if self.topology == "hierarchical":
             pairs += [("intra_alpha", alpha_intra), ("intra_beta", beta_intra)]
         shape = np.broadcast_shapes(np.shape(nb), np.shape(pr))
-        raw = {sym: np.asarray(self._compile(f"d/d{sym.name}", sp.diff(self.expr, sym))(nb, args), dtype=np.float64)
+        raw = {sym: np.asarray(self._derivative(sym)(nb, args), dtype=np.float64)
                * np.ones(shape) for _, sym in pairs}
         shaping = self._shaping(args, link)
         if shaping is not None:  # piecewise linear: the derivative of the branch of the minimum that binds

@@ -54,7 +54,7 @@ def shipped_defaults(env: Any, host: Any = None) -> Any:
 
 
 def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, environment: str,
-            host: Any = None) -> list[dict[str, Any]]:
+            host: Any = None, calibrate: bool = True) -> list[dict[str, Any]]:
     """Validation records: one per measured cell (technique, options, model, p; repetitions together), with three
     predictions beside the measurement:
 
@@ -64,7 +64,8 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
     (c) ``predicted_defaults_s``: the sweep-fitted environment with the shipped default terms (derived from the
         ``host`` its CPU ranks share, :class:`costmodels.cpu_sharing.SharedHost`, where given).
 
-    ``profiles`` is one profile for every model, or a mapping from model name to profile.
+    ``profiles`` is one profile for every model, or a mapping from model name to profile; ``calibrate=False``
+    leaves (b) out (the slow part: a least-squares fit per technique left out).
     """
     from runners.calibrate import Cell, fit_terms, leave_one_technique_out
     from runners.calibrate.solve import TERMS, with_terms
@@ -85,7 +86,7 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
                   str(r["id"])) for k, rs in groups.items() for r in rs if profile_of(k[2]) is not None]
     loto: dict[str, Mapping[str, float]] = {}
     techs = {c.technique for c in cells}
-    if len(techs) >= 2 and any(c.overlaps for c in cells) and not all(c.overlaps for c in cells):
+    if calibrate and len(techs) >= 2 and any(c.overlaps for c in cells) and not all(c.overlaps for c in cells):
         try:
             start = {t: f.value for t, f in fit_terms(cells, base).items()}
             loto = {lo.technique: lo.terms for lo in leave_one_technique_out(cells, base, start=start)}
