@@ -150,3 +150,49 @@ def test_rank_side_errors_without_torchrun(capsys: pytest.CaptureFixture[str], m
     assert err.startswith("commscope: error: ") and "--bogus" in err
     assert train.main(["--algorithm", "dear", "--model", "mlp", "--iterations", "2"]) == 2
     assert "run this under torchrun" in capsys.readouterr().err
+
+
+def test_replicas_that_differ_are_evaluated_on_their_average() -> None:
+    """local SGD and D-PSGD keep a model per rank between synchronisations; their bounds describe the average, so
+    the convergence record's test loss is the averaged model's: every floating parameter and buffer averaged over
+    the ranks (two simulated ranks here: the other rank's tensors are added by the fake all-reduce)."""
+    import types
+
+    import torch
+
+    from runners.training import technique
+    from runners.training.runner.loop import _averaged
+
+    assert technique("local_sgd").replicas_differ and technique("dpsgd").replicas_differ
+    assert not technique("wfbp").replicas_differ and not technique("qsgd").replicas_differ
+    mine = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+    other = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+    with torch.no_grad():
+        for t in other.parameters():
+            t.add_(1.0)
+        other[1].running_mean.fill_(4.0)
+    theirs = iter([*other.parameters(), *other.buffers()])
+
+    def all_reduce(t: torch.Tensor) -> None:
+        t.add_(next(theirs))
+
+    ctx = types.SimpleNamespace(torch=torch, world=2, dist=types.SimpleNamespace(all_reduce=all_reduce))
+    avg = _averaged(ctx, mine)
+    for a, m, o in zip(avg.parameters(), mine.parameters(), other.parameters(), strict=True):
+        assert torch.allclose(a, (m + o) / 2)
+    assert torch.allclose(avg[1].running_mean, torch.full((2,), 2.0))  # (0 + 4) / 2
+    assert avg[1].num_batches_tracked == mine[1].num_batches_tracked  # integer buffers are left alone
+    assert not torch.equal(next(avg.parameters()), next(mine.parameters()))  # a copy: the rank's model unchanged
+
+
+@pytest.mark.multiprocess
+def test_local_sgd_convergence_records_say_they_evaluate_the_average(tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    job = run_train("--algorithm", "local_sgd", "--model", "mlp", "--iterations", "10", "--warmup", "0", "--lr",
+                    "0.1", "--option", "H=1000", "--convergence", "--dataset", "gaussian_mixture", "--eval-every",
+                    "5", "--out", str(out))
+    assert job.returncode == 0, job.stderr[-3000:]
+    conv = [r["result"] for r in loaded(out) if r["kind"] == "convergence"]
+    assert [c["step"] for c in conv] == [0, 5, 10]
+    assert all(c["evaluated"] == "the model averaged over the ranks" and math.isfinite(c["test_loss"]) for c in conv)
+    assert [c["time_s"] for c in conv] == sorted(c["time_s"] for c in conv)

@@ -88,7 +88,9 @@ class Technique:
     ``schedule_options``: options of that schedule that describe how the technique sends (e.g. one
     bucket for a technique that fuses everything into one message);
     ``options``: its parameters with defaults; ``factory(model, lr, group, **options)`` builds the
-    :class:`Trainer`; ``backends``: the torch.distributed backends it runs on.
+    :class:`Trainer`; ``backends``: the torch.distributed backends it runs on; ``replicas_differ``: the ranks'
+    models differ between synchronisations, so its convergence is measured on their average (what its bound
+    describes).
     """
 
     name: str
@@ -101,6 +103,7 @@ class Technique:
     options: Mapping[str, Any] = field(default_factory=dict)
     schedule_options: Mapping[str, Any] = field(default_factory=dict)
     backends: tuple[str, ...] = ("gloo", "nccl")
+    replicas_differ: bool = False  # the ranks' models differ between synchronisations (local SGD, D-PSGD)
 
     def build(self, model: Any, lr: float, group: Any = None, **options: Any) -> Trainer:
         unknown = sorted(set(options) - set(self.options))

@@ -143,10 +143,10 @@ class DPSGD(_LocalStep):
 
 for _t in (
     Technique("local_sgd", "local SGD: H local steps, then the models averaged by one all-reduce", LocalSGD,
-              exact=False, schedule="local_sgd", bound="local_sgd", options={"H": 8}),
+              exact=False, schedule="local_sgd", bound="local_sgd", options={"H": 8}, replicas_differ=True),
     Technique("dpsgd", "D-PSGD: a local step, then gossip with the topology's mixing matrix (ring: Metropolis "
               "weights 1/3) by point-to-point exchange with each neighbour", DPSGD, exact=False, bound="dpsgd",
               schedule="dpsgd",
-              options={"topology": "ring"}),
+              options={"topology": "ring"}, replicas_differ=True),
 ):
     TECHNIQUES.register(_t)
