@@ -153,21 +153,24 @@ class Bound:
         missing = [x for x in names if x not in given]
         if missing:
             raise CommscopeError(f"{self.name} needs {', '.join(missing)} (it takes {', '.join(names)})")
-        out = []
-        for x in self.assumptions:
-            v = numbers(given[x.name], f"{self.name}: {x.name}")
-            low = 0.0 if x.is_nonnegative and not x.is_positive else None
-            bad = ~np.isfinite(v) | ((v < 0) if low is not None else (v <= 0))
-            if x.name in ("H", "n"):
-                bad |= v < 1
-            if x.name in ("delta", "gap"):
-                bad |= v > 1
-            if bad.any():
-                allowed = {"H": ">= 1", "n": ">= 1", "delta": "in (0, 1]", "gap": "in (0, 1]"}.get(
-                    x.name, ">= 0" if low is not None else "> 0")
-                raise CommscopeError(f"{self.name}: {x.name} must be {allowed}, got {v[bad].flat[0].item()!r}")
-            out.append(v)
-        return out
+        return [self.check_constant(x.name, given[x.name]) for x in self.assumptions]
+
+    def check_constant(self, name: str, value: Any) -> np.ndarray:
+        """``value`` of the constant ``name`` as an array, or a CommscopeError naming it and what is allowed:
+        finite, > 0 (>= 0 for a non-negative one), H and n >= 1, delta and the gap in (0, 1]."""
+        x = self.assumptions[self._index(name)]
+        v = numbers(value, f"{self.name}: {name}")
+        low = 0.0 if x.is_nonnegative and not x.is_positive else None
+        bad = ~np.isfinite(v) | ((v < 0) if low is not None else (v <= 0))
+        if name in ("H", "n"):
+            bad |= v < 1
+        if name in ("delta", "gap"):
+            bad |= v > 1
+        if bad.any():
+            allowed = {"H": ">= 1", "n": ">= 1", "delta": "in (0, 1]", "gap": "in (0, 1]"}.get(
+                name, ">= 0" if low is not None else "> 0")
+            raise CommscopeError(f"{self.name}: {name} must be finite and {allowed}, got {v[bad].flat[0].item()!r}")
+        return v
 
     def value(self, iterations: Any, **constants: Any) -> np.ndarray:
         """B(T) for T = ``iterations`` (arrays broadcast with the constants)."""

@@ -86,9 +86,9 @@ def test_iterations_to_is_vectorized() -> None:
 
 
 @pytest.mark.parametrize(("kw", "message"), [
-    ({"L": -1.0}, "L must be > 0, got -1.0"),
-    ({"gap": 1.5}, "gap must be in \\(0, 1\\], got 1.5"),
-    ({"H": 0.5}, "H must be >= 1, got 0.5"),
+    ({"L": -1.0}, "L must be finite and > 0, got -1.0"),
+    ({"gap": 1.5}, "gap must be finite and in \\(0, 1\\], got 1.5"),
+    ({"H": 0.5}, "H must be finite and >= 1, got 0.5"),
     ({"rho": 1.0}, "has no constant\\(s\\) rho"),
 ])
 def test_bad_constants_are_named(kw: dict, message: str) -> None:

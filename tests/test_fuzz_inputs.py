@@ -318,3 +318,34 @@ def test_simulate_refuses_a_horizon_without_bound() -> None:
     with pytest.raises(cm.CommscopeError, match="more than 1e"):
         cv.simulate("sgd", prob, 10**6, replicas=10**4)
     assert time.perf_counter() - t0 < 1.0
+
+
+# ------------------------------------------------------------------ the re-run of the audit (bench/fuzz_cli.py)
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--L", "inf", "--json"], "--L: L must be finite and > 0, got inf"),
+    (["--zeta", "nan", "--json"], "--zeta: zeta must be finite and >= 0, got nan"),
+    (["--constant", "D0=inf", "--json"], "D0 must be finite and > 0, got inf"),
+    (["--H", "0"], "--H: H must be finite and >= 1, got 0.0"),
+    (["--tau", "-1"], "--tau: tau must be finite and >= 0, got -1.0"),
+])
+def test_predict_convergence_refuses_constants_no_bound_can_take(capsys, argv, says) -> None:
+    assert says in one_line_error(capsys, "predict", "convergence", "--eps", "1e-3", *argv)
+
+
+def test_fuzz_rerun_failures_are_one_line_errors(capsys, tmp_path: Path) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    assert "nested too deeply" in one_line_error(capsys, "import", "nccl-tests", str(deep))
+    assert "--batch-size must be from 1 to" in one_line_error(
+        capsys, "profile", "--model", "mlp", "--out", str(tmp_path / "p.json"), "--batch-size", str(10**20))
+    regular = tmp_path / "a_file"
+    regular.write_text("x")
+    assert "is a file, not a directory" in one_line_error(capsys, "validate", "--out", str(regular), "--ranks", "2")
+    started = time.perf_counter()
+    assert "gpus must be an integer from 1 to" in one_line_error(
+        capsys, "plan", "llm", "-m", "llama3-8b", "--gpus", str(2**62), "--no-switch")
+    assert time.perf_counter() - started < 30  # it used to count every number up to 2^62
+    assert "overflow" in one_line_error(capsys, "crossover", "ring_allreduce", "recursive_doubling_allreduce", "-p",
+                                        "8", "--alpha", "1e308", "--beta", "1e308", "--json")
+    assert "density must be a density in (0, 1], got 2.0" in one_line_error(
+        capsys, "train", "-a", "topk", "-m", "mlp", "--dry-run", "-O", "density=2")

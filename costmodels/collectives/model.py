@@ -206,8 +206,7 @@ class Collective:
 
     def _derivative(self, sym: sp.Symbol) -> CompiledExpr:
         """d time / d ``sym``, compiled once (the derivative is only taken on the first call)."""
-        c = self._compiled.get(f"d/d{sym.name}")
-        return c if c is not None else self._compile(f"d/d{sym.name}", sp.diff(self.expr, sym))
+        return self._compiled.get(f"d/d{sym.name}") or self._compile(f"d/d{sym.name}", sp.diff(self.expr, sym))
 
     def _compile(self, key: str, expr: sp.Expr) -> CompiledExpr:
         c = self._compiled.get(key)

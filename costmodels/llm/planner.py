@@ -29,16 +29,21 @@ CONTEXT = (1, 2, 4, 8)
 MAX_V = 8
 
 
+MAX_GPUS = 2**24  # the planner's limit (16.7M GPUs, beyond any cluster): divisors are found up to sqrt(gpus)
+
+
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of n in increasing order, by trial division up to sqrt(n)."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
 
 
 def enumerate_plans(spec: TransformerSpec, gpus: int, env: Environment, *, global_batch: int | None = None,
                     micro_batches: tuple[int, ...] = MICRO_BATCHES, zero: tuple[int, ...] = (0, 1, 2, 3),
                     recompute: tuple[str, ...] = RECOMPUTE) -> PlanArray:
     """All valid plans (see the module docstring) as a :class:`PlanArray`."""
-    if gpus < 1:
-        raise CommscopeError(f"gpus must be >= 1, got {gpus!r}")
+    if isinstance(gpus, bool) or not isinstance(gpus, (int, np.integer)) or not 1 <= gpus <= MAX_GPUS:
+        raise CommscopeError(f"gpus must be an integer from 1 to {MAX_GPUS:,}, got {gpus!r}")
     gbs = spec.global_batch if global_batch is None else global_batch
     g = nodes_of(env) or gpus
     tps = [d for d in _divisors(min(g, gpus)) if gpus % d == 0]

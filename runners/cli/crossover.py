@@ -17,7 +17,8 @@ import typer
 import costmodels as cm
 
 from .common import UsageError, console, int_list, parse_numbers, resolve_env
-from .tables import check_format, write_csv
+from .predict import OVERFLOW
+from .tables import check_format, overflow_checked, write_csv
 
 
 def regions(a: str, b: str, sizes: list[float], p: int, env: cm.Environment, n_min: float, n_max: float,
@@ -85,6 +86,12 @@ def crossover_command(
     formula = cm.crossover_expr(ca.name, cb.name)
     results = []
     for q in ranks:
+        qa = {k: v for k, v in params.items() if k in {x.name for x in ca.params}}
+        qb = {k: v for k, v in params.items() if k in {x.name for x in cb.params}}
+        with overflow_checked():  # times that overflow float64 have no crossover: one error, not a wrong one
+            ends = [float(c.time(n, q, environment, **kw)) for c, kw in ((ca, qa), (cb, qb)) for n in (lo, hi)]
+        if not all(math.isfinite(t) for t in ends):
+            raise UsageError(f"the times of {ca.name} and {cb.name} at p = {q} overflow: {OVERFLOW}")
         x = cm.crossover(ca.name, cb.name, p=q, env=environment, n_min=float(lo), n_max=float(hi), **params)
         results.append({"p": q, "crossovers_bytes": [float(s) for s in x.sizes], "method": x.method,
                         "faster_below": x.cheaper_below,

@@ -83,6 +83,8 @@ def import_nccl_tests(
         except json.JSONDecodeError as exc:
             raise CommscopeError(f"{log}: nccl-tests JSON output is not JSON ({exc.msg} at line {exc.lineno})"
                                  ) from None
+        except RecursionError:
+            raise CommscopeError(f"{log}: nccl-tests JSON output is nested too deeply to read") from None
         imported: Any = ntj.parse(data, str(log), op, world_size)
         ic.write_records(out, imported.records)
     else:

@@ -69,6 +69,12 @@ def predict_convergence(
     if unused:
         raise UsageError(f"{', '.join(_flag(k) for k in unused)}: no chosen bound takes it; they take "
                          f"{', '.join(sorted(takes))}")
+    for k, v in given.items():  # refused here, before any row: a value no bound can take is the user's mistake
+        owner = next(b for b in chosen if k in {x.name for x in b.assumptions})
+        try:
+            owner.check_constant(k, v)
+        except cm.CommscopeError as exc:
+            raise UsageError(f"{_flag(k)}: {str(exc).split(': ', 1)[1]}") from None
     workers = int(given.get("n", 16))
     defaults: dict[str, float] = {"L": 1.0, "sigma": 1.0, "Delta": 1.0, "n": workers, "H": 8, "tau": workers - 1,
                                   "s": 1}

@@ -25,6 +25,8 @@ from .common import UsageError, check_writable, console, parse_options
 
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
+MAX_BATCH = 2**20  # samples per profiled iteration: beyond it a batch of the zoo models does not fit in memory
+
 
 def profile_command(
     model: Annotated[str, typer.Option(help="zoo model: mlp, resnet_small, gpt_small; resnet50, vgg16 (torchvision); "
@@ -44,8 +46,8 @@ def profile_command(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """Measure per-layer forward and backward times of a model into a profile the cost models read."""
-    if batch_size < 1:
-        raise UsageError(f"--batch-size must be >= 1, got {batch_size}")
+    if not 1 <= batch_size <= MAX_BATCH:
+        raise UsageError(f"--batch-size must be from 1 to {MAX_BATCH:,} samples, got {batch_size}")
     if iterations < 1:
         raise UsageError(f"--iterations must be >= 1, got {iterations}")
     if warmup < 0:

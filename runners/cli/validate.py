@@ -61,6 +61,9 @@ def validate_command(
         return
     if seeds is not None:
         raise v.ValidationError("--seeds is for convergence runs; add --convergence")
+    from runners.validate.driver import check_out
+
+    check_out(Path(out))  # before any progress output
     with _stopped_cleanly(out), Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                          TimeElapsedColumn(), console=console) as progress:
         records, failures = v.validate(suite, ranks, out, rates, threads, timeout, ranks_per_node, command, progress,

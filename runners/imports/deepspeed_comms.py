@@ -118,7 +118,8 @@ def parse(text: str, name: str, world_size: int | None = None) -> Imported:
             out.problems.append(f"{r['where']}: {r['op_name']} is not a collective commscope models; skipped")
             continue
         if r["avg_ms"] <= 0 or r["count"] <= 0 or r["bytes"] <= 0:
-            out.problems.append(f"{r['where']}: {r['op_name']} {r['size']}: zero size, count or latency; skipped")
+            bad = ", ".join(f"{k} {r[k]!r}" for k in ("bytes", "count", "avg_ms") if r[k] <= 0)
+            out.problems.append(f"{r['where']}: {r['op_name']} {r['size']}: {bad} (must be > 0); skipped")
             continue
         nbytes = r["bytes"] * (n if op == "allgather" else 1)
         cfg = {"iterations": r["count"], "deepspeed_op": r["op_name"], "logged_size": r["size"],

@@ -65,7 +65,9 @@ def _op(rec: dict[str, Any], header: dict[str, Any], meta: dict[str, Any], where
         raise ValueError(f"needs {kind}_msg_size_bytes > 0 and {kind}_exec_time_us, got {size!r} and {time_us!r}")
     if not isinstance(nranks, int) or nranks < 1:
         raise ValueError(f"header.n_ranks must be a positive integer, got {nranks!r}")
-    if time_us <= 0:
+    if time_us < 0:
+        raise ValueError(f"exec time {time_us!r} us is negative")
+    if time_us == 0:
         raise ValueError("exec time 0 us (below the inspector's resolution)")
     nbytes = int(size) * (nranks if op in ("allgather", "reduce_scatter") else 1)
     return {"op": op, "name": name, "bytes": nbytes, "time_us": time_us, "sn": _get(body, kind, "sn"),

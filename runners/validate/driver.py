@@ -97,7 +97,9 @@ REPORTS = {"validation.md": "# commscope validate", "validation.csv": "technique
 
 def check_out(outdir: Path, reports: Mapping[str, str] = REPORTS) -> None:
     """Refuse an ``outdir`` holding a report of :data:`REPORTS` that commscope did not write (its first line is
-    not commscope's): the run would overwrite it at the end."""
+    not commscope's): the run would overwrite it at the end; and an ``outdir`` that is a file."""
+    if outdir.exists() and not outdir.is_dir():
+        raise ValidationError(f"--out {outdir} is a file, not a directory; give a directory for the run")
     for name, marker in reports.items():
         path = outdir / name
         if not path.exists():
@@ -137,9 +139,9 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
     if backend not in BACKENDS:
         raise ValidationError(f"unknown --backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
     outdir = Path(out)
+    check_out(outdir)
     if (outdir / "validation.jsonl").exists():
         raise ValidationError(f"{outdir} already holds a validation (validation.jsonl); choose another --out")
-    check_out(outdir)
     envdirs = [outdir / re.sub(r"[^A-Za-z0-9_.-]", "_", env_label(r, None if k in (1, ranks) else k, ranks))
                for r, k in envs]
     for envdir in envdirs:  # every environment checked before the first job runs

@@ -122,6 +122,15 @@ def make_options(algorithm: str, model: str, iterations: int, batch_size: int = 
             takes = ", ".join(f"{k}={v}" for k, v in tech.options.items()) or "no options"
             raise TrainError(f"technique {tech.name} has no option {key!r}; it takes: {takes}")
         typed[key] = _coerce_option(tech.name, key, tech.options[key], value)
+    if tech.compressor is not None:  # the compressor's knob checked here, before any rank starts
+        import costmodels as cm
+
+        comp = cm.compressor(tech.compressor)
+        if comp.parameter is not None and comp.parameter in typed:
+            try:
+                comp.resolve(typed[comp.parameter])
+            except cm.CommscopeError as exc:
+                raise TrainError(f"--option {comp.parameter}={typed[comp.parameter]}: {exc}") from None
     data = None
     if convergence:
         data = dataset or entry.dataset
