@@ -3,7 +3,9 @@
     commscope fit RESULTS.jsonl... --primitive allreduce [--algorithm ring_allreduce|auto]
                   [--min-size 64KiB] [--gamma auto|S_PER_BYTE] [--out env.json] [--record results.jsonl] [--json]
 
-The fit comes first and the files are written last: a failing fit leaves ``--out`` and ``--record``
+Plausibility guards (:mod:`runners.measure.fit.plausibility`) print one ``warning:`` line per number that looks
+wrong (faster than the link, RMS error above 15%, a confidence interval that includes zero); ``--json`` lists them
+under ``warnings``. The fit comes first and the files are written last: a failing fit leaves ``--out`` and ``--record``
 untouched; ``--out`` is replaced atomically. Bad lines of the inputs are reported on stderr
 (``file:line: reason``) and skipped.
 """
@@ -90,6 +92,7 @@ def fit_command(
         print(f"commscope: skipped {b}", file=sys.stderr)
     res = fitting.fit(loaded, primitive, algorithm, min_bytes=min_size, gamma=gamma, name=name,
                       statistic=statistic)
+    warnings = fitting.plausibility(res)  # the same guards as the app's and the predict commands'
     entry = res.record() if record is not None else None  # validated before anything is written
     written: dict[str, str] = {}
     if out is not None:
@@ -105,7 +108,7 @@ def fit_command(
             raise cm.CommscopeError(f"cannot append to {str(record)!r}: {exc.strerror or exc}") from None
         written["record"] = str(record)
     if as_json:
-        print(json.dumps({**res.to_dict(), "written": written}, indent=2, allow_nan=False))
+        print(json.dumps({**res.to_dict(), "warnings": warnings, "written": written}, indent=2, allow_nan=False))
         return
     from rich.markup import escape
     from rich.table import Table
@@ -145,8 +148,11 @@ def fit_command(
         out_console.print(rank)
         if res.verdict:
             out_console.print(escape(res.verdict))
+    for line in warnings:
+        out_console.print(escape(f"warning: {line}"), style="bold yellow")
     for note in res.notes:
-        out_console.print(escape(f"note: {note}"))
+        if not (warnings and note.startswith("implausible")):  # said by the warning above, with the numbers
+            out_console.print(escape(f"note: {note}"))
     if bad:
         out_console.print(f"note: {len(bad)} bad line(s) skipped (listed on stderr)")
     for what, path in written.items():
