@@ -99,3 +99,15 @@ def test_cli_fit_prints_the_warnings(tmp_path: Path, capsys: pytest.CaptureFixtu
     data = json.loads(out)
     assert code == 0 and any("faster than the wire" in w for w in data["warnings"])
     assert data["fit"]["bytes_range"] == [256, 2**26]
+
+
+def test_cli_fit_two_regimes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = write(tmp_path / "r.jsonl", synth("ring_allreduce", reps=2))
+    code, out, _ = cli(capsys, "fit", str(src), "--method", "two", "--json")
+    data = json.loads(out)
+    assert code == 0 and "two regimes" in data["environment"]["metadata"]["method"] and data["warnings"] == []
+    assert data["environment"]["alpha"] == pytest.approx(30e-6, rel=0.05)
+    code, _, err = cli(capsys, "fit", str(src), "--method", "two", "--min-size", "1KiB")
+    assert code == 2 and "--min-size and --gamma apply to --method one" in err and err.count("\n") == 1
+    code, _, err = cli(capsys, "fit", str(src), "--method", "three")
+    assert code == 2 and "--method must be 'one' or 'two', got 'three'" in err

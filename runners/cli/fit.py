@@ -1,7 +1,11 @@
 """``commscope fit``: fit an environment's alpha, beta (and gamma, and an intra-node link) to measured results.
 
     commscope fit RESULTS.jsonl... --primitive allreduce [--algorithm ring_allreduce|auto]
-                  [--min-size 64KiB] [--gamma auto|S_PER_BYTE] [--out env.json] [--record results.jsonl] [--json]
+                  [--min-size 64KiB] [--gamma auto|S_PER_BYTE] [--method one|two] [--out env.json]
+                  [--record results.jsonl] [--json]
+
+``--method two`` is Hockney's two-regime fit (alpha from the sizes below 64 KiB, beta and gamma from 256 KiB; one
+fit over every size on a link whose token bucket the records name), what ``commscope validate`` runs.
 
 Plausibility guards (:mod:`runners.measure.fit.plausibility`) print one ``warning:`` line per number that looks
 wrong (faster than the link, RMS error above 15%, a confidence interval that includes zero); ``--json`` lists them
@@ -74,6 +78,9 @@ def fit_command(
     out: Annotated[Path | None, typer.Option(help="write the fitted environment JSON here (atomically)")] = None,
     record: Annotated[Path | None, typer.Option(help="append an environment record to this results file")] = None,
     name: Annotated[str | None, typer.Option(help="environment name [default: fitted:<file stems>]")] = None,
+    method: Annotated[str, typer.Option(
+        help="'one' least-squares fit over the sizes, or 'two' regimes (Hockney: alpha below 64 KiB, beta and "
+             "gamma from 256 KiB), as commscope validate fits")] = "one",
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """Fit alpha, beta (and gamma where identifiable) of a cost model to measured collective times."""
@@ -90,8 +97,16 @@ def fit_command(
     bad = [b for x in loaded.values() for b in x.bad]
     for b in bad:
         print(f"commscope: skipped {b}", file=sys.stderr)
-    res = fitting.fit(loaded, primitive, algorithm, min_bytes=min_size, gamma=gamma, name=name,
-                      statistic=statistic)
+    if method not in ("one", "two"):
+        raise UsageError(f"--method must be 'one' or 'two', got {method!r}")
+    if method == "two":
+        if min_size != "0" or gamma != "auto":
+            raise UsageError("--min-size and --gamma apply to --method one (two regimes choose the sizes of each "
+                             "parameter)")
+        res = fitting.fit_two_regimes(loaded, primitive, algorithm, statistic=statistic, name=name)
+    else:
+        res = fitting.fit(loaded, primitive, algorithm, min_bytes=min_size, gamma=gamma, name=name,
+                          statistic=statistic)
     warnings = fitting.plausibility(res)  # the same guards as the app's and the predict commands'
     entry = res.record() if record is not None else None  # validated before anything is written
     written: dict[str, str] = {}
