@@ -214,7 +214,7 @@ def test_convergence_page_renders(conv: AppTest) -> None:
     assert len(conv.latex) == len(conv.multiselect(key="conv_bounds").value)
     assert len(conv.dataframe) == 2 and len(conv.expander) >= 5
     assert not conv.warning and not conv.error
-    assert [d.proto.label for d in conv.get("download_button")] == ["figure data (CSV)", "figure (HTML)",
+    assert [d.proto.label for d in conv.get("download_button")] == ["figure data (CSV)", "figure (HTML, works offline)",
                                                                     "iterations to eps (CSV)"]
     keys = {w.key for w in conv.number_input if w.key != "conv_eps"}
     assert keys == {f"conv_{k}" for k in constants_needed(conv.multiselect(key="conv_bounds").value)}
