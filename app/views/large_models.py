@@ -3,9 +3,13 @@ group, pipeline timeline, memory and three-layer attribution, and Narayanan et a
 
 from __future__ import annotations
 
+from functools import partial
+
 import streamlit as st
 
 import costmodels as cm
+from app import exports, urlstate
+from app.cli_commands import llm_command
 from app.data_llm import (
     DEFAULT_ENV,
     DEFAULT_MODEL,
@@ -29,6 +33,11 @@ from app.figures_llm import (
     pipeline_figure,
     published_figure,
 )
+from app.urlstate import Param
+
+URL = {"llm_model": Param("str", options=model_choices), "llm_gpus": Param("int", 8, 16384),
+       "llm_env": Param("str", options=env_choices), "llm_memory": Param("float", 8, 1024),
+       "llm_top": Param("int", 1, 50), "llm_scan": Param("bool")}
 
 
 @st.cache_data(show_spinner="searching every plan ...", max_entries=64)
@@ -76,7 +85,10 @@ def _published_figure():
     return published_figure(_published()[0], "Narayanan et al. 2021 Table 1: predicted vs published")
 
 
+urlstate.restore(URL)
 st.title("Large models")
+if (problem := urlstate.problems()):
+    st.warning(problem)
 st.caption("Parallel plans (tensor with sequence, context, pipeline, data with ZeRO, expert parallelism) priced "
            "through the environment's collective library on the links each group crosses (`costmodels.llm`).")
 
@@ -88,6 +100,7 @@ env_name = c3.selectbox("environment", envs, index=envs.index(DEFAULT_ENV), key=
 memory_gib = float(c4.number_input("device memory (GiB)", min_value=8, max_value=1024, value=80, step=8,
                                    key="llm_memory"))
 top = int(c5.number_input("plans shown", min_value=1, max_value=50, value=10, step=1, key="llm_top"))
+urlstate.publish(["llm_model", "llm_gpus", "llm_env", "llm_memory", "llm_top", "llm_scan"])
 env = cm.environment(env_name)
 st.caption(f"**{env_name}**: {env.summary()}. **{model}**: {cm.llm(model).description}, "
            f"{cm.llm(model).params / 1e9:.3g} B parameters.")
@@ -118,8 +131,13 @@ st.dataframe(table.assign(vs_best=table["vs_best"] * 100, mfu=table["mfu"] * 100
                  "memory_gib": st.column_config.NumberColumn("GiB/GPU", format="%.1f"),
                  "bubble_s": st.column_config.NumberColumn("bubble (s)", format="%.3f"),
                  "exposed_comm_s": st.column_config.NumberColumn("exposed comm (s)", format="%.3f")})
-st.download_button("ranked plans (CSV)", lambda: table.to_csv(index=False), file_name=f"{model}_{gpus}_plans.csv",
-                   mime="text/csv", key="llm_dl_plans")
+meta = {"what": f"parallel plans of {model} ranked by iteration time (commscope app, Large models)",
+        "environment": f"{env_name}: {env.summary()}", "p": f"{gpus} GPUs", "device memory": f"{memory_gib:g} GiB"}
+st.download_button("ranked plans (CSV)", partial(exports.csv_with_header, table, meta),
+                   file_name=exports.file_name(f"{model}_plans", "csv", env_name, gpus), mime="text/csv",
+                   key="llm_dl_plans")
+with st.expander("equivalent CLI command (copy with the icon at its right)"):
+    st.code(llm_command(model, gpus, env_name, memory_gib, top), language="bash", wrap_lines=True)
 if switches:
     st.markdown("**What would change the best plan** (inter-node bandwidth per NIC scaled 1/16x to 16x, now "
                 f"{1 / env.beta / 1e9:.3g} GB/s):\n"
