@@ -269,7 +269,12 @@ def test_measured_page_renders(measured: AppTest) -> None:
     # scatter, contributions (the records name the term behind each error), efficiency, fitted parameters
     assert [c.key for c in measured.get("plotly_chart")] == ["meas_scatter", "meas_contrib", "meas_eff",
                                                             "meas_param_chart"]
-    assert not measured.error and not measured.warning
+    assert not measured.error
+    # the only warnings: each link's fit, guarded (RMS error above 15% on every shipped link)
+    assert {w.value.split("**")[1] for w in measured.warning} == {"fitted:200mbit", "fitted:2500mbit",
+                                                                  "fitted:1gbit-2x2"}
+    assert all("RMS relative error" in w.value or "includes zero" in w.value or "far outside" in w.value
+               for w in measured.warning)
     assert len(measured.dataframe) >= 4  # errors by technique and environment, parameters, fit quality
     titles = [s.value for s in measured.subheader]
     assert "Errors" in titles and "Fitted environment of each link" in titles
