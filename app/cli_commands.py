@@ -73,9 +73,13 @@ def iteration_commands(env: cm.Environment, model: str, model_path: str | None, 
         notes.append("'cheapest per message' has no flag: the command prices with the environment's library")
     if library != env.library:
         notes.append(f"the page prices with {library}; the command with the environment's {env.library}")
+    from costmodels.schedules import COMPRESSIBLE
+
     comp = ["--compressor", _q(compressor)] if compressor else []
-    curves = [*base, "-p", ",".join(map(str, ps)), "--schedule", ",".join(schedules), *comp]
-    one = [*base, "-p", str(int(p)), "--schedule", schedule, *comp, "--trace", "iteration.json"]
+    carried = [x for x in schedules if not compressor or x in COMPRESSIBLE]  # as the page: the others left out
+    curves = [*base, "-p", ",".join(map(str, ps)), "--schedule", ",".join(carried), *comp]
+    one = [*base, "-p", str(int(p)), "--schedule", schedule, *(comp if schedule in COMPRESSIBLE else []),
+           "--trace", "iteration.json"]
     return _join(curves, notes) + "\n" + _join(one)
 
 

@@ -36,7 +36,7 @@ def version() -> str:
 def offline_html(fig: go.Figure) -> str:
     """The figure as a standalone HTML page with plotly.js inside it: no script, style or font from another host."""
     return fig.to_html(include_plotlyjs=True, include_mathjax=False, full_html=True,
-                       config={"displaylogo": False, "showLink": False})
+                       config={"displaylogo": False})
 
 
 def _safe(text: str) -> str:
