@@ -123,7 +123,7 @@ def test_a_fitted_environment_brings_bands_to_iteration_and_the_answers() -> Non
     names = _names(at, "iter_curves")
     assert "bsp (CI low)" in names and "bsp (CI high)" in names
     ranking = next(d.value for d in at.dataframe if "speedup_over_bsp" in d.value.columns)
-    assert list(ranking["rank"])[0] == 1 and ranking["behind_best_pct"].iloc[0] == 0
+    assert ranking["rank"].iloc[0] == 1 and ranking["behind_best_pct"].iloc[0] == 0
 
 
 def test_measured_page_draws_the_ci_of_prediction_a() -> None:
