@@ -92,13 +92,14 @@ def _chromium() -> str:
     return exe
 
 
-def serve(port: int) -> subprocess.Popen:
-    """The app on 127.0.0.1:``port`` (its own process group), once it answers its health check."""
+def serve(port: int, root: Path = ROOT) -> subprocess.Popen:
+    """The app of the checkout ``root`` on 127.0.0.1:``port`` (its own process group), once it answers its health
+    check."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.port", str(port),
+        [sys.executable, "-m", "streamlit", "run", str(root / "app" / "main.py"), "--server.port", str(port),
          "--server.address", "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")})
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)})
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         try:
@@ -166,12 +167,14 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=8611)
     ap.add_argument("--label", default="after", help="the key the run is stored under (e.g. before, after)")
     ap.add_argument("--pages", default="", help="comma-separated subset of the pages")
+    ap.add_argument("--root", type=Path, default=ROOT,
+                    help="the checkout whose app is served (e.g. an export of an older commit, to compare with)")
     ap.add_argument("--json", action="store_true", help="merge into bench/results/bench_app_browser.json")
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
     chosen = [c for c in CASES if not args.pages or c[0] in args.pages.split(",")]
-    proc = serve(args.port)
+    proc = serve(args.port, args.root.resolve())
     out: dict[str, dict] = {}
     try:
         with sync_playwright() as pw:
@@ -197,7 +200,7 @@ def main() -> None:
         path = RESULTS / "bench_app_browser.json"
         data = json.loads(path.read_text()) if path.exists() else {}
         run = data.setdefault("runs", {}).setdefault(args.label, {"pages": {}})  # pages run apart are merged
-        run.update(date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), cpus=os.cpu_count(),
+        run.update(date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), cpus=os.cpu_count(), root=str(args.root),
                    changes=args.changes, goal="plot_p50_s < 0.5 on every page")
         run["pages"].update(out)
         RESULTS.mkdir(parents=True, exist_ok=True)

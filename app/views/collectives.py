@@ -101,6 +101,13 @@ def _published_systems() -> dict[str, tuple[str, int, str]]:
     return out
 
 
+@st.cache_data(show_spinner=False, max_entries=64)
+def _formula(name: str) -> tuple[str, str, str, str]:
+    """An algorithm's name, description with its domain, LaTeX and source (sympy's printing takes ms each)."""
+    c = cm.collective(name)
+    return c.name, f"{c.description}. Domain: {c.domain.describe()}.", c.latex(), c.source
+
+
 @st.cache_data(show_spinner=False, max_entries=256)
 def _crossovers(algorithms: tuple[str, ...], p: int, env_json: str, hi: int, k: int | None):
     return crossover_table(algorithms, p, cm.Environment.from_json(env_json), 2.0**hi,
@@ -262,7 +269,7 @@ st.subheader("Formulas")
 shown = list(dict.fromkeys(algorithms + ([cm.lower_bound(primitive).name] if bound and primitive in
                                           ("allreduce", "reduce_scatter", "allgather", "all_to_all") else [])))
 for name in shown:
-    c = cm.collective(name)
-    st.markdown(f"**{c.name}**: {c.description}. Domain: {c.domain.describe()}.")
-    st.latex(c.latex())
-    st.caption(f"Source: {c.source}")
+    title, text, latex, source = _formula(name)
+    st.markdown(f"**{title}**: {text}")
+    st.latex(latex)
+    st.caption(f"Source: {source}")

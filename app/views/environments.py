@@ -155,8 +155,9 @@ if len(sizes) > 1:
                                  key="envs_min_bytes")
 name = c5.text_input("name", value=default_name, max_chars=80, key="envs_name").strip() or default_name
 
-urlstate.publish(["envs_source", *(["envs_link"] if source == "reference" else []), "envs_primitives",
-                  "envs_statistic", "envs_gamma", "envs_method", "envs_axis", *[f"envs_algo_{q}" for q in primitives]])
+PUBLISHED = ["envs_source", *(["envs_link"] if source == "reference" else []), "envs_primitives", "envs_statistic",
+             "envs_gamma", "envs_method", "envs_axis", *[f"envs_algo_{q}" for q in primitives]]
+urlstate.publish(PUBLISHED)
 result = _fit(key, tuple(primitives), tuple(algorithms), statistic, gamma, int(min_bytes), name, records, method)
 if isinstance(result, str):
     st.error(f"Cannot fit: {result}")
@@ -186,30 +187,7 @@ if len(result.ranking):
     with st.expander("candidate algorithms (auto)"):
         st.dataframe(result.ranking, hide_index=True, width="stretch")
 
-# --------------------------------------------------------------------------------------- figures
-st.subheader("Measured against the fitted model")
-g1, g2, g3 = st.columns(3)
-log = g1.radio("time axis", ["log", "linear"], horizontal=True, key="envs_axis") == "log"
-compare = g2.checkbox(f"also the sidebar's environment ({env.name})", value=True, key="envs_compare")
-band = g3.slider("error band (+-%)", 0, 50, 10, key="envs_band")
-algos = tuple(result.algorithms.items())
-curves = _curves(result.residuals, result.environment_json, algos, "fitted")
-if compare:
-    curves = pd.concat([curves, _curves(result.residuals, env.to_json(), algos, env.name)], ignore_index=True)
-sig = "|".join([key, *primitives, *algorithms, statistic, gamma, str(min_bytes), method, result.name,
-                env.to_json() if compare else ""])
-fig, res_fig = _figures(sig, log, band / 100, result.residuals, curves)
-st.plotly_chart(fig, width="stretch", key="envs_fit_chart")
-st.plotly_chart(res_fig, width="stretch", key="envs_residual_chart")
-
 # ---------------------------------------------------------------------------------- use, export
-st.subheader("Use and export")
-b1, b2, b3, b4 = st.columns(4)
-b1.button("use in the sidebar", key="envs_use", type="primary", on_click=_use, args=(result.name,
-                                                                                     result.environment_json),
-          help="adds it to the sidebar's \"fitted\" environments and selects it there, for every page")
-b2.download_button("environment (JSON)", result.environment_json, file_name=f"{_safe(result.name)}.json",
-                   mime="application/json", key="envs_dl_json")
 ps = sorted(set(result.residuals["p"]))
 meta = {"what": f"fit of {result.name} (commscope app, Environments)", "environment": f"{result.name}: "
         f"{fitted.summary()}", "p": ", ".join(map(str, ps)), "records": key}
@@ -219,17 +197,45 @@ def _name(what: str, ext: str) -> str:
     return exports.file_name(what, ext, result.name, ps[0] if len(ps) == 1 else (ps[0], ps[-1]))
 
 
+@st.fragment
+def figures_section(result: FitTables, env_json: str, env_name: str, fit_sig: str) -> None:
+    """The fit and residual figures with their controls and downloads: a fragment, so that the controls rerun only
+    this part of the page."""
+    st.subheader("Measured against the fitted model")
+    g1, g2, g3 = st.columns(3)
+    log = g1.radio("time axis", ["log", "linear"], horizontal=True, key="envs_axis") == "log"
+    compare = g2.checkbox(f"also the sidebar's environment ({env_name})", value=True, key="envs_compare")
+    band = g3.slider("error band (+-%)", 0, 50, 10, key="envs_band")
+    urlstate.publish(PUBLISHED)
+    algos = tuple(result.algorithms.items())
+    curves = _curves(result.residuals, result.environment_json, algos, "fitted")
+    if compare:
+        curves = pd.concat([curves, _curves(result.residuals, env_json, algos, env_name)], ignore_index=True)
+    fig, res_fig = _figures(f"{fit_sig}|{env_json if compare else ''}", log, band / 100, result.residuals, curves)
+    st.plotly_chart(fig, width="stretch", key="envs_fit_chart")
+    st.plotly_chart(res_fig, width="stretch", key="envs_residual_chart")
+    b5, b6, b7 = st.columns(3)
+    b5.download_button("fit figure (HTML, works offline)", _html(fig), file_name=_name("fit", "html"),
+                       mime="text/html", key="envs_dl_fit_html")
+    b6.download_button("residual figure (HTML, works offline)", _html(res_fig),
+                       file_name=_name("fit_residuals", "html"), mime="text/html", key="envs_dl_res_html")
+    b7.download_button("curves (CSV)", partial(exports.csv_with_header, curves, meta),
+                       file_name=_name("fit_curves", "csv"), mime="text/csv", key="envs_dl_curves")
+
+
+figures_section(result, env.to_json(), env.name, "|".join([key, *primitives, *algorithms, statistic, gamma,
+                                                           str(min_bytes), method, result.name]))
+st.subheader("Use and export")
+b1, b2, b3, b4 = st.columns(4)
+b1.button("use in the sidebar", key="envs_use", type="primary", on_click=_use, args=(result.name,
+                                                                                     result.environment_json),
+          help="adds it to the sidebar's \"fitted\" environments and selects it there, for every page")
+b2.download_button("environment (JSON)", result.environment_json, file_name=f"{_safe(result.name)}.json",
+                   mime="application/json", key="envs_dl_json")
 b3.download_button("residuals (CSV)", partial(exports.csv_with_header, result.residuals, meta),
                    file_name=_name("fit_residuals", "csv"), mime="text/csv", key="envs_dl_residuals")
 b4.download_button("parameters (CSV)", partial(exports.csv_with_header, result.parameters, meta),
                    file_name=_name("fit_parameters", "csv"), mime="text/csv", key="envs_dl_params")
-b5, b6, b7 = st.columns(3)
-b5.download_button("fit figure (HTML, works offline)", _html(fig), file_name=_name("fit", "html"),
-                   mime="text/html", key="envs_dl_fit_html")
-b6.download_button("residual figure (HTML, works offline)", _html(res_fig), file_name=_name("fit_residuals", "html"),
-                   mime="text/html", key="envs_dl_res_html")
-b7.download_button("curves (CSV)", partial(exports.csv_with_header, curves, meta), file_name=_name("fit_curves", "csv"),
-                   mime="text/csv", key="envs_dl_curves")
 if source == "reference":
     path = reference.VALIDATION_DIR / link / "records.jsonl"
     files = [str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)]

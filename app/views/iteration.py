@@ -92,10 +92,17 @@ def _iteration(model: str, env_json: str, schedule: str, p: int, compressor: str
         return None, str(exc)
     return {
         "events": timeline_table(r.timeline), "breakdown": breakdown_table(r, prof),
-        "stats": communication_stats(r, prof), "trace": chrome_trace_json(r, f"commscope {schedule} p={p}"),
+        "stats": communication_stats(r, prof),
         "iteration_time": r.iteration_time, "throughput": r.throughput,
         "scaling_efficiency": r.scaling_efficiency, "speedup": r.speedup, "details": dict(r.details),
     }, ""
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _trace(model: str, env_json: str, schedule: str, p: int, compressor: str | None, collective: str) -> str:
+    """The iteration's Chrome trace (made when the download is clicked)."""
+    r = simulate_iteration(load_model(model), cm.Environment.from_json(env_json), p, schedule, compressor, collective)
+    return chrome_trace_json(r, f"commscope {schedule} p={p}")
 
 
 @st.cache_data(show_spinner=False, max_entries=128)
@@ -222,6 +229,21 @@ else:
                        mime="text/html", key="iter_dl_curves_html")
 
 
+def _ranking_table(where, model: str, env_json: str, schedules: list[str], compressor: str | None, collective: str,
+                   p: int) -> None:
+    """The schedules ranked at p (time, throughput, % behind the best, speedup over bsp), in ``where``."""
+    if not schedules:
+        return
+    ranked = _ranking(model, env_json, tuple(schedules), compressor, collective, p)
+    where.markdown(f"**Ranking at p = {p}**" + (f" (best: **{ranked['schedule'].iloc[0]}**)" if len(ranked) else ""))
+    where.dataframe(ranked, hide_index=True, width="stretch", key="iter_ranking", column_config={
+        "rank": st.column_config.NumberColumn("rank", format="%d"),
+        "iteration_ms": st.column_config.NumberColumn("iteration (ms)", format="%.4g"),
+        "throughput": st.column_config.NumberColumn("throughput (samples/s)", format="%.4g"),
+        "behind_best_pct": st.column_config.NumberColumn("behind the best (%)", format="+%.1f"),
+        "speedup_over_bsp": st.column_config.NumberColumn("speedup over bsp (x)", format="%.3g")})
+
+
 @st.fragment
 def one_iteration(model: str, env_json: str, schedules: list[str], compressor: str | None, collective: str,
                   library: str, ps: list[int]) -> None:
@@ -235,15 +257,7 @@ def one_iteration(model: str, env_json: str, schedules: list[str], compressor: s
     schedule = c7.selectbox("schedule", names, index=names.index("fusion"), key="iter_schedule")
     p = int(c8.number_input("p (workers)", min_value=1, max_value=65536, value=64, step=1, key="iter_p"))
     urlstate.publish(SHOWN + (["iter_band"] if ci_environments(env) is not None else []))
-    if schedules:
-        ranked = _ranking(model, env_json, tuple(schedules), compressor, collective, p)
-        st.markdown(f"**Ranking at p = {p}**" + (f" (best: **{ranked['schedule'].iloc[0]}**)" if len(ranked) else ""))
-        st.dataframe(ranked, hide_index=True, width="stretch", key="iter_ranking", column_config={
-            "rank": st.column_config.NumberColumn("rank", format="%d"),
-            "iteration_ms": st.column_config.NumberColumn("iteration (ms)", format="%.4g"),
-            "throughput": st.column_config.NumberColumn("throughput (samples/s)", format="%.4g"),
-            "behind_best_pct": st.column_config.NumberColumn("behind the best (%)", format="+%.1f"),
-            "speedup_over_bsp": st.column_config.NumberColumn("speedup over bsp (x)", format="%.3g")})
+    ranking_box = st.container()  # filled once the timeline is drawn: the plot first, the table beside it
     sched = cm.schedule(schedule)
     st.caption(f"**{sched.name}**: {sched.description}. Source: {sched.source}")
     one_comp = compressor
@@ -263,6 +277,7 @@ def one_iteration(model: str, env_json: str, schedules: list[str], compressor: s
                                key="iter_dl_env")
     if one is None:
         st.warning(f"{schedule} at p = {p}: {error}")
+        _ranking_table(ranking_box, model, env_json, schedules, compressor, collective, p)
         return
     m1, m2, m3, m4 = st.columns(4)
     m1.metric("iteration time", f"{one['iteration_time'] * 1e3:.4g} ms")
@@ -271,6 +286,7 @@ def one_iteration(model: str, env_json: str, schedules: list[str], compressor: s
     m4.metric("speedup", f"{one['speedup']:.4g}x")
     gantt = _gantt_figure(one_args, f"{schedule} on p = {p}" + (f", {one_comp}" if one_comp else ""))
     st.plotly_chart(gantt, width="stretch", key="iter_gantt")
+    _ranking_table(ranking_box, model, env_json, schedules, compressor, collective, p)
     if schedule in ("bytescheduler", "dear"):
         st.caption("Steady state: the window between two consecutive forward starts (communication of the "
                    "previous iteration overlaps this forward).")
@@ -287,9 +303,9 @@ def one_iteration(model: str, env_json: str, schedules: list[str], compressor: s
     d4.download_button("timeline (HTML, works offline)", partial(exports.offline_html, gantt),
                        file_name=exports.file_name(f"{stem}_timeline", "html", env.name, p), mime="text/html",
                        key="iter_dl_gantt_html")
-    d5.download_button("Chrome trace (JSON)", one["trace"], file_name=exports.file_name(f"{stem}_trace", "json",
-                                                                                         env.name, p),
-                       mime="application/json", key="iter_dl_trace",
+    d5.download_button("Chrome trace (JSON)", partial(_trace, *one_args),
+                       file_name=exports.file_name(f"{stem}_trace", "json", env.name, p), mime="application/json",
+                       key="iter_dl_trace",
                        help="Opens in chrome://tracing or ui.perfetto.dev, beside a measured torch.profiler trace.")
 
     # ------------------------------------------------------------------------------ breakdown

@@ -56,9 +56,15 @@ def _switches(model: str, gpus: int, env: str, device_memory: float):
 @st.cache_data(show_spinner=False, max_entries=128)
 def _detail(model: str, env: str, plan: tuple):
     r = plan_result(model, env, dict(plan))
-    return {"summary": r.summary(), "groups": group_table(r), "events": timeline_table(r), "trace": chrome_trace(r),
+    return {"summary": r.summary(), "groups": group_table(r), "events": timeline_table(r),
             "attribution": attribution_table(r), "memory": memory_table([r]), "bubble": r.bubble,
             "bubble_fraction": r.bubble_fraction, "schedule": r.plan.schedule, "m": r.plan.micro_batches}
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _trace(model: str, env: str, plan: tuple) -> str:
+    """The plan's pipeline as a Chrome trace (made when the download is clicked)."""
+    return chrome_trace(plan_result(model, env, dict(plan)))
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)
@@ -156,8 +162,8 @@ st.plotly_chart(comm_fig, width="stretch", key="llm_comm_fig")
 st.dataframe(detail["groups"].drop(columns=["bytes"]), hide_index=True, width="stretch")
 st.plotly_chart(gantt_fig, width="stretch", key="llm_gantt_fig")
 st.caption(f"bubble {detail['bubble']:.3g} s ({detail['bubble_fraction']:.1%} of the iteration).")
-trace = detail["trace"]
-st.download_button("pipeline Chrome trace (JSON)", lambda: trace, file_name=f"{model}_{gpus}_pipeline.json",
+st.download_button("pipeline Chrome trace (JSON)", partial(_trace, model, env_name, plan),
+                   file_name=exports.file_name(f"{model}_pipeline", "json", env_name, gpus),
                    mime="application/json", key="llm_dl_trace",
                    help="Opens in chrome://tracing or ui.perfetto.dev.")
 a1, a2 = st.columns([1, 1])

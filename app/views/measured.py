@@ -253,36 +253,51 @@ r2.dataframe(answers["winners"], hide_index=True, width="stretch", key="meas_win
 
 # ------------------------------------------------------------------------------------------ scatter
 st.subheader("Iteration time: predicted against measured")
-c3, c4, c5, c6 = st.columns(4)
-axes = c3.radio("axes", ["log", "linear"], horizontal=True, key="meas_axes")
-band = c4.slider("error band (+-%)", 0, 50, 10, step=1, key="meas_band")
-layout = c5.radio("environments as", ["symbols", "panels"], horizontal=True, key="meas_layout")
-chosen = c6.radio("prediction", keys, format_func=SHORT.get, key="meas_prediction") if len(keys) > 1 else "sweep"
-can_band = source == "reference" and chosen == "sweep" and (predictions == "recorded"
-                                                               or ci_environments(env) is not None)
-ci = can_band and c6.checkbox("95% CI of (a)", value=True, key="meas_ci",
-                              help="Vertical bars: prediction (a) made again at both ends of the fitted alpha, beta "
-                                   "and gamma's 95% confidence intervals (each link's, or the sidebar environment's).")
-sig = f"{sig}|{chosen}|{ci}"
+chosen = st.radio("prediction", keys, format_func=SHORT.get, key="meas_prediction",
+                  horizontal=True) if len(keys) > 1 else "sweep"
+sig = f"{sig}|{chosen}"
 pview = _prediction_view(sig, chosen, view)
-if ci:
-    pview = pview.join(_ci_band(predictions, env.to_json() if predictions == "sidebar" else ""))
-fig = _scatter(sig, axes == "log", band / 100, layout == "panels", pview)
-st.plotly_chart(fig, width="stretch", key="meas_scatter")
-st.caption("One marker per cell (technique, environment, model, p); the horizontal bars span the measured spread, "
-           "and a marker is open where the error is within it. Below the y = x line the model is optimistic.")
-d1, d2 = st.columns(2)
-meta = {"what": f"predicted ({SHORT[chosen]}) against measured iteration time (commscope app, Predicted vs measured)",
-        "environment": ", ".join(chosen_envs) + (f"; predicted in {env.name}: {env.summary()}"
-                                                 if predictions == "sidebar" else ""),
-        "p": ", ".join(map(str, sorted(set(pview["p"])))), "records": key}
-env_part = env.name if predictions == "sidebar" else "+".join(chosen_envs)
-d1.download_button("data (CSV)", partial(exports.csv_with_header, pview, meta),
-                   file_name=exports.file_name("predicted_vs_measured", "csv", env_part, None),
-                   mime="text/csv", key="meas_dl_scatter_csv")
-d2.download_button("figure (HTML, works offline)", _html(fig),
-                   file_name=exports.file_name("predicted_vs_measured", "html", env_part, None),
-                   mime="text/html", key="meas_dl_scatter_html")
+
+
+@st.fragment
+def scatter_section(sig: str, chosen: str, pview: pd.DataFrame, can_band: bool, predictions: str, env_json: str,
+                    meta: dict, env_part: str) -> None:
+    """The scatter, its controls and downloads: a fragment, so that its controls rerun only this part."""
+    c3, c4, c5, c6 = st.columns(4)
+    axes = c3.radio("axes", ["log", "linear"], horizontal=True, key="meas_axes")
+    band = c4.slider("error band (+-%)", 0, 50, 10, step=1, key="meas_band")
+    layout = c5.radio("environments as", ["symbols", "panels"], horizontal=True, key="meas_layout")
+    ci = can_band and c6.checkbox("95% CI of (a)", value=True, key="meas_ci",
+                                  help="Vertical bars: prediction (a) made again at both ends of the fitted alpha, "
+                                       "beta and gamma's 95% confidence intervals (each link's, or the sidebar "
+                                       "environment's).")
+    urlstate.publish(["meas_source", "meas_predictions", "meas_axes", "meas_band", "meas_layout", "meas_prediction",
+                      "meas_ci"])
+    shown = pview.join(_ci_band(predictions, env_json if predictions == "sidebar" else "")) if ci else pview
+    fig = _scatter(f"{sig}|{ci}", axes == "log", band / 100, layout == "panels", shown)
+    st.plotly_chart(fig, width="stretch", key="meas_scatter")
+    st.caption("One marker per cell (technique, environment, model, p); the horizontal bars span the measured "
+               "spread, and a marker is open where the error is within it. Below the y = x line the model is "
+               "optimistic." + (" Vertical bars: prediction (a) at both ends of the fitted 95% CIs." if ci else ""))
+    d1, d2 = st.columns(2)
+    d1.download_button("data (CSV)", partial(exports.csv_with_header, shown, meta),
+                       file_name=exports.file_name("predicted_vs_measured", "csv", env_part, None),
+                       mime="text/csv", key="meas_dl_scatter_csv")
+    d2.download_button("figure (HTML, works offline)", _html(fig),
+                       file_name=exports.file_name("predicted_vs_measured", "html", env_part, None),
+                       mime="text/html", key="meas_dl_scatter_html")
+
+
+scatter_section(sig, chosen, pview,
+                source == "reference" and chosen == "sweep" and (predictions == "recorded"
+                                                                 or ci_environments(env) is not None),
+                predictions, env.to_json(),
+                {"what": f"predicted ({SHORT[chosen]}) against measured iteration time (commscope app, Predicted vs "
+                         "measured)",
+                 "environment": ", ".join(chosen_envs) + (f"; predicted in {env.name}: {env.summary()}"
+                                                          if predictions == "sidebar" else ""),
+                 "p": ", ".join(map(str, sorted(set(pview["p"])))), "records": key},
+                env.name if predictions == "sidebar" else "+".join(chosen_envs))
 unpredicted = pview[pview["predicted_s"].isna()]
 if len(unpredicted):
     st.warning(f"{len(unpredicted)} record(s) without prediction {SHORT[chosen]}: " + "; ".join(
