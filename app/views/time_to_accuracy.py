@@ -76,6 +76,14 @@ def _map(model: str, env_json: str, bw: tuple[float, float], pr: tuple[int, int]
                         _records)
 
 
+@st.cache_resource(show_spinner=False, max_entries=32)
+def _heat(model: str, env_json: str, bw: tuple[float, float], pr: tuple[int, int], eps: float, specs: tuple[str, ...],
+          constants: Items, source: str, p: int, _grid: pd.DataFrame):
+    """The winner map's figure (built once per inputs, shared, never modified)."""
+    env = cm.Environment.from_json(env_json)
+    return winner_map_figure(_grid, here=(env.bandwidth, p), title=f"fastest to eps = {eps:g}: {model}")
+
+
 @st.cache_data(show_spinner=False)
 def _shipped(directory: str) -> tuple[list[dict[str, Any]], list[str]]:
     return shipped_constants(directory)
@@ -246,7 +254,7 @@ def winner_map(model: str, env_json: str, p: int, eps: float, specs: tuple[str, 
     except cm.CommscopeError as e:
         st.warning(f"Cannot compute the winner map: {e}")
         return
-    heat = winner_map_figure(grid, here=(env.bandwidth, p), title=f"fastest to eps = {eps:g}: {model}")
+    heat = _heat(model, env_json, (float(blo), float(bhi)), (int(plo), int(phi)), eps, specs, items, source, p, grid)
     st.plotly_chart(heat, width="stretch", key="tta_map")
     cells = grid.drop_duplicates(["bandwidth_Bps", "p"])["winner"].value_counts()
     st.caption("Cells won: " + ", ".join(f"{k} {v}" for k, v in cells.items()) + ".")
