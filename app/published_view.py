@@ -60,9 +60,13 @@ def published_section() -> None:
                  column_config=_percent(["median_abs_error", "mid_median_error", "bw_median_error",
                                          "bw_max_abs_error"]))
     d1, d2, d3 = st.columns(3)
-    d1.download_button("points (CSV)", partial(view.to_csv, index=False), file_name="published_vs_model.csv",
+    d1.download_button("points (CSV)", partial(exports.csv_with_header, view,
+                                               {"what": "published collectives beside the library model"}),
+                       file_name="published_vs_model.csv",
                        mime="text/csv", key="meas_dl_pub_csv")
-    d2.download_button("per system (CSV)", summary.to_csv(index=False), file_name="published_errors.csv",
+    d2.download_button("per system (CSV)", partial(exports.csv_with_header, summary,
+                                                   {"what": "published collectives: model errors per system"}),
+                       file_name="published_errors.csv",
                        mime="text/csv", key="meas_dl_pub_summary")
     d3.download_button("figure (HTML, works offline)", partial(exports.offline_html, fig),
                        file_name="published_vs_model.html", mime="text/html", key="meas_dl_pub_html")

@@ -328,7 +328,10 @@ e1.dataframe(by_tech, hide_index=True, width="stretch", column_config=pct, key="
 e2.dataframe(by_env, hide_index=True, width="stretch", column_config=pct, key="meas_err_env")
 errors_csv = pd.concat([by_tech.rename(columns={"technique": "group"}).assign(by="technique"),
                         by_env.rename(columns={"environment": "group"}).assign(by="environment")])
-st.download_button("errors (CSV)", errors_csv.to_csv(index=False), file_name="prediction_errors.csv", mime="text/csv",
+FILE_META = {"environment": ", ".join(chosen_envs), "records": key, "prediction": SHORT[chosen]}
+st.download_button("errors (CSV)", partial(exports.csv_with_header, errors_csv,
+                                           {"what": "prediction errors (commscope app)", **FILE_META}),
+                   file_name=exports.file_name("prediction_errors", "csv", "+".join(chosen_envs)), mime="text/csv",
                    key="meas_dl_errors")
 with st.expander("every record"):
     st.dataframe(pview, hide_index=True, width="stretch", column_config=_percent(
@@ -347,9 +350,12 @@ f2.caption(EFFICIENCY_METRICS[metric][1])
 eff, eff_fig = _efficiency(sig, metric, baseline, pview)
 st.plotly_chart(eff_fig, width="stretch", key="meas_eff")
 g1, g2 = st.columns(2)
-g1.download_button("data (CSV)", eff.to_csv(index=False), file_name=f"efficiency_{metric}.csv", mime="text/csv",
+g1.download_button("data (CSV)", partial(exports.csv_with_header, eff, {"what": f"{metric}, predicted and measured",
+                                                                     **FILE_META}),
+                   file_name=exports.file_name(f"efficiency_{metric}", "csv", "+".join(chosen_envs)), mime="text/csv",
                    key="meas_dl_eff_csv")
-g2.download_button("figure (HTML)", _html(eff_fig), file_name=f"efficiency_{metric}.html",
+g2.download_button("figure (HTML, works offline)", _html(eff_fig),
+                   file_name=exports.file_name(f"efficiency_{metric}", "html", "+".join(chosen_envs)),
                    mime="text/html", key="meas_dl_eff_html")
 
 # ----------------------------------------------------------------------------- fitted environments
@@ -374,7 +380,9 @@ for link, env_dict in envs.items():  # each link's fit, guarded (the ranks it ra
 param_fig = _parameters(key, params)
 st.plotly_chart(param_fig, width="stretch", key="meas_param_chart")
 h1, h2, h3 = st.columns(3)
-h1.download_button("parameters (CSV)", params.to_csv(index=False), file_name="fitted_parameters.csv",
+h1.download_button("parameters (CSV)", partial(exports.csv_with_header, params,
+                                               {"what": "each link's fitted parameters", **FILE_META}),
+                   file_name=exports.file_name("fitted_parameters", "csv", "+".join(envs)),
                    mime="text/csv", key="meas_dl_params")
 link = h2.selectbox("environment JSON of", list(envs), key="meas_env_link", label_visibility="collapsed")
 h3.download_button(f"{link} environment (JSON)", environment_json(envs[link]), file_name=f"environment_{link}.json",
