@@ -180,7 +180,7 @@ def collective_figure(curves: pd.DataFrame, metric: str = "time_s", title: str =
     marks = _crossover_marks(crossovers)
     fig.update_layout(shapes=shapes + marks[0], annotations=notes + marks[1],
         title=title, yaxis_title=label, legend={"orientation": "h", "y": -0.2},
-        margin={"t": 40 if title else 10}, template="plotly_white", height=480,
+        margin={"t": 40 if title else 10}, height=480,
     )
     xs = [curves["bytes"]] + ([pinned["bytes"]] if compare else []) + (
         [measured["bytes"]] if measured is not None and not measured.empty else [])

@@ -15,7 +15,7 @@ NONE_COLOR = "#d9d9d9"
 
 def _layout(fig: go.Figure, title: str, height: int = 480) -> go.Figure:
     fig.update_layout(title=title, legend={"orientation": "h", "y": -0.2}, margin={"t": 40 if title else 10},
-                      template="plotly_white", height=height)
+                      height=height)
     return fig
 
 

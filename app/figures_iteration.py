@@ -31,7 +31,7 @@ def _layout(fig: go.Figure, title: str, height: int, *, legend_on_top: bool = Fa
     legend = ({"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0.0, "xanchor": "left",
                "traceorder": "normal"} if legend_on_top else {"orientation": "h", "y": -0.2})
     fig.update_layout(title=title, legend=legend, margin={"t": 60 if title or legend_on_top else 10},
-                      template="plotly_white", height=height)
+                      height=height)
     return fig
 
 

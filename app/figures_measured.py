@@ -30,7 +30,7 @@ def color_map(names: Sequence[str]) -> dict[str, str]:
 
 
 def _layout(fig: go.Figure, title: str, height: int = 480) -> go.Figure:
-    fig.update_layout(title=title, template="plotly_white", height=height, margin={"t": 60 if title else 20},
+    fig.update_layout(title=title, height=height, margin={"t": 60 if title else 20},
                       legend={"orientation": "h", "y": -0.2})
     return fig
 

@@ -76,6 +76,13 @@ def _map(model: str, env_json: str, bw: tuple[float, float], pr: tuple[int, int]
                         _records)
 
 
+@st.cache_resource(show_spinner=False, max_entries=64)
+def _bar(model: str, env_json: str, p: int, eps: float, specs: tuple[str, ...], constants: Items, source: str,
+         show: str, title: str, _table: pd.DataFrame):
+    """The bar chart of the table (built once per inputs, shared, never modified)."""
+    return tta_bar_figure(_table, title=title, metric=show)
+
+
 @st.cache_resource(show_spinner=False, max_entries=32)
 def _heat(model: str, env_json: str, bw: tuple[float, float], pr: tuple[int, int], eps: float, specs: tuple[str, ...],
           constants: Items, source: str, p: int, _grid: pd.DataFrame):
@@ -183,7 +190,7 @@ except cm.CommscopeError as e:
 if show == "ratio_to_sgd" and not np.isfinite(table["ratio_to_sgd"].astype(float)).any():
     st.info("The ratio to SGD needs sgd among the techniques: showing seconds.")
     show = "seconds"
-bar = tta_bar_figure(table, title=f"{model} on {env.name}, p = {p}", metric=show)
+bar = _bar(model, env_json, p, eps, tuple(specs), items, source, show, f"{model} on {env.name}, p = {p}", table)
 st.plotly_chart(bar, width="stretch", key="tta_bar")
 st.markdown(tta_sentence(table, model, env.name, p, eps))
 st.markdown(ranking_sentence(table))
