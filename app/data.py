@@ -1,7 +1,8 @@
 """Tables the app plots, computed from the math layers (pure functions, no Streamlit).
 
 Collectives page: :func:`collective_curves` (registered algorithms), :func:`library_curve` and
-:func:`band_table` (what a collective library runs at each size), :func:`crossover_table`,
+:func:`band_table` (what a collective library runs at each size), :func:`crossover_table` and
+:func:`crossover_marks`,
 :func:`measured_points` (sweep records, the shipped reference run's or published ones) and
 :func:`citations` (where published records come from).
 """
@@ -106,24 +107,51 @@ def band_table(sizes: np.ndarray, choice: cm.Choice) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=BAND_COLUMNS)
 
 
-def crossover_table(algorithms: Sequence[str], p: int, env: cm.Environment, n_max: float) -> pd.DataFrame:
-    """Crossover sizes of every pair of the chosen algorithms that implement the same primitive."""
+def crossover_table(algorithms: Sequence[str], p: int, env: cm.Environment, n_max: float, n_min: float = 1.0,
+                    params: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Crossover sizes of every pair of the chosen algorithms that implement the same primitive, in [n_min, n_max].
+
+    Found numerically on the cost models themselves: sign changes of T_a - T_b on a log grid of 4096 sizes, each
+    refined by Brent's method to 1e-9 relative (the sizes :func:`cm.crossover` finds, without its symbolic
+    simplification, which takes most of a second per pair). Pairs not defined at this p are left out.
+    """
+    from scipy.optimize import brentq
+
+    params = params or {}
+    grid = np.geomspace(max(n_min, 1e-3), n_max, 4096)
     rows = []
     for a, b in combinations(dict.fromkeys(algorithms), 2):
         ca, cb = cm.collective(a), cm.collective(b)
         if ca.primitive != cb.primitive or ca.is_lower_bound or cb.is_lower_bound:
             continue
-        try:
-            x = cm.crossover(a, b, p=p, env=env, n_max=n_max)
-        except cm.CommscopeError:  # one of them is not defined at this p
+        qa = {k: v for k, v in params.items() if k in {q.name for q in ca.params}}
+        qb = {k: v for k, v in params.items() if k in {q.name for q in cb.params}}
+
+        def diff(x: Any, ca=ca, cb=cb, qa=qa, qb=qb) -> Any:
+            return (np.asarray(ca.time(x, p, env, out_of_domain="nan", **qa), dtype=float)
+                    - np.asarray(cb.time(x, p, env, out_of_domain="nan", **qb), dtype=float))
+
+        d = diff(grid) * np.ones(len(grid))
+        if not np.isfinite(d).all():  # one of them is not defined at this p
             continue
-        for s in x.sizes or [None]:
-            rows.append({
-                "algorithm A": a, "algorithm B": b,
-                "crossover": "none in range" if s is None else cm.format_size(s),
-                "bytes": s, "faster below": x.cheaper_below or "equal", "method": x.method,
-            })
+        sizes = [float(brentq(lambda x: float(diff(x)), grid[i], grid[i + 1], rtol=1e-9))
+                 for i in np.nonzero(np.sign(d[:-1]) * np.sign(d[1:]) < 0)[0]]
+        sizes = sorted(sizes + [float(x) for x in grid[d == 0]])
+        probe = float(diff(max(n_min, sizes[0] / 2) if sizes else n_min))
+        below = "equal" if probe == 0 else (a if probe < 0 else b)
+        for s in sizes or [None]:
+            rows.append({"algorithm A": a, "algorithm B": b,
+                         "crossover": "none in range" if s is None else cm.format_size(s),
+                         "bytes": s, "faster below": below, "method": "numeric (log grid + Brent)"})
     return pd.DataFrame(rows, columns=["algorithm A", "algorithm B", "crossover", "bytes", "faster below", "method"])
+
+
+def crossover_marks(table: pd.DataFrame, lo: float, hi: float) -> list[tuple[float, str, str]]:
+    """(size, algorithm A, algorithm B) of each crossover of :func:`crossover_table` inside [lo, hi]: the marks
+    the Collectives plot draws."""
+    ok = table["bytes"].notna() if len(table) else []
+    return [(float(r["bytes"]), str(r["algorithm A"]), str(r["algorithm B"])) for _, r in table[ok].iterrows()
+            if lo <= float(r["bytes"]) <= hi]
 
 
 def measured_points(records: Sequence[dict[str, Any]], primitive: str) -> pd.DataFrame:

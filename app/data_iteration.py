@@ -164,6 +164,28 @@ def scaling_curves(prof: cm.ModelProfile, env: cm.Environment, ps: Sequence[int]
     return df[CURVE_COLUMNS], problems
 
 
+RANKING_COLUMNS = ["rank", "schedule", "iteration_ms", "throughput", "behind_best_pct", "speedup_over_bsp"]
+
+
+def ranking_at(curves: pd.DataFrame, p: int) -> pd.DataFrame:
+    """The schedules ranked at p, fastest first: iteration time (ms), throughput (samples/s), how far behind the
+    fastest (%), and speedup over bsp (bsp's time / this one's; NaN where bsp is not among ``curves``).
+
+    ``curves``: :func:`scaling_curves` at (at least) this p, bsp included for the speedup."""
+    at = curves[curves["p"] == int(p)]
+    if at.empty:
+        return pd.DataFrame(columns=RANKING_COLUMNS)
+    names = [s if c == "none" else f"{s} + {c}" for s, c in zip(at["schedule"], at["compressor"], strict=True)]
+    t = at["iteration_time_s"].to_numpy(dtype=float)
+    bsp = at.loc[at["schedule"] == "bsp", "iteration_time_s"]
+    base = float(bsp.iloc[0]) if len(bsp) else np.nan
+    df = pd.DataFrame({"schedule": names, "iteration_ms": t * 1e3, "throughput": at["throughput"].to_numpy(float),
+                       "behind_best_pct": (t / np.nanmin(t) - 1.0) * 100, "speedup_over_bsp": base / t})
+    df = df.sort_values("iteration_ms", kind="stable").reset_index(drop=True)
+    df.insert(0, "rank", np.arange(1, len(df) + 1))
+    return df[RANKING_COLUMNS]
+
+
 # ----------------------------------------------------------------------------- one iteration
 def simulate_iteration(prof: cm.ModelProfile, env: cm.Environment, p: int, schedule: str,
                        compressor: str | None = None, collective: str = AUTO, **options: Any) -> cm.IterationResult:

@@ -225,6 +225,11 @@ def parameter_table(environments: Mapping[str, Mapping[str, Any]]) -> pd.DataFra
                          "ci95_low": ci[0] if ci else math.nan, "ci95_high": ci[1] if ci else math.nan,
                          "status": p.get("status", ""), "readable": _readable(name, value, ci),
                          "note": p.get("note", "")})
+        burst = _num(env.get("burst_bytes"))
+        if burst > 0:  # the shaped link's token bucket: read from the records' tc tbf, not fitted
+            rows.append({"link": str(link), "parameter": "burst_bytes", "value": burst, "unit": "B",
+                         "ci95_low": math.nan, "ci95_high": math.nan, "status": "given",
+                         "readable": f"{burst:,.0f} B", "note": "token bucket of the shaped link (tc tbf)"})
     return pd.DataFrame(rows, columns=PARAMETER_COLUMNS)
 
 
@@ -280,10 +285,13 @@ class FitTables:
     quality: dict[str, float]
     notes: list[str] = field(default_factory=list)
     bad: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the plausibility guards' (runners.measure.fit.plausibility)
 
 
 def fit_tables(result: Any) -> FitTables:
     """:class:`FitTables` of a :class:`runners.measure.fit.FitResult`."""
+    from runners.measure.fit.plausibility import plausibility
+
     env = result.environment
     params = parameter_table({env.name: {**env.to_dict(), "metadata": {"parameters": {
         k: v.to_dict() for k, v in result.parameters.items()}}}}).drop(columns=["link"])
@@ -296,7 +304,8 @@ def fit_tables(result: Any) -> FitTables:
                "median_rel_error": result.median_rel_error, "max_rel_error": result.max_rel_error, "r2": result.r2,
                "r2_log": result.r2_log, "condition_number": result.condition_number}
     return FitTables(env.to_json(), env.name, result.summary(), result.verdict, dict(result.algorithms), params,
-                     residuals, ranking, quality, list(result.notes), [str(b) for b in result.bad])
+                     residuals, ranking, quality, list(result.notes), [str(b) for b in result.bad],
+                     plausibility(result))
 
 
 def collective_summary(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:

@@ -144,3 +144,22 @@ def ranking_sentence(table: pd.DataFrame) -> str:
     rest = table.loc[~np.isfinite(ratio) & (table["technique"] != "sgd"), "technique"].tolist()
     tail = f" Not ranked (another metric, or never reaching eps): {', '.join(rest)}." if rest else ""
     return f"{lead}. Ranked by time to eps over SGD's (worst-case bounds: compare ratios): {', '.join(parts)}.{tail}"
+
+
+RANKING_COLUMNS = ["rank", "technique", "time", "seconds", "behind_best_pct", "speedup_over_sgd"]
+
+
+def ranking_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The techniques that reach eps, fastest first (the Iteration page's ranking, for time to eps): time, how far
+    behind the fastest (%), and speedup over SGD (SGD's time / this one's; NaN without sgd), from
+    :func:`tta_table`. Techniques ranked on another metric, or never reaching eps, are left out."""
+    secs = table["seconds"].astype(float)
+    ranked = table[np.isfinite(secs) & ~table["note"].astype(str).str.contains("not ranked")]
+    ranked = ranked.sort_values("seconds", kind="stable").reset_index(drop=True)
+    if ranked.empty:
+        return pd.DataFrame(columns=RANKING_COLUMNS)
+    t = ranked["seconds"].to_numpy(dtype=float)
+    out = pd.DataFrame({"rank": np.arange(1, len(ranked) + 1), "technique": ranked["technique"], "time": ranked["time"],
+                        "seconds": t, "behind_best_pct": (t / t[0] - 1.0) * 100,
+                        "speedup_over_sgd": 1.0 / ranked["ratio_to_sgd"].to_numpy(dtype=float)})
+    return out[RANKING_COLUMNS]

@@ -5,18 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.colors import qualitative
 
 from app.data_tta import format_bandwidth
+from app.palette import color as technique_color
 
-PALETTE = qualitative.Plotly + qualitative.D3
 LOWER = "#555555"
 NONE_COLOR = "#d9d9d9"
 
 
 def _layout(fig: go.Figure, title: str, height: int = 480) -> go.Figure:
     fig.update_layout(title=title, legend={"orientation": "h", "y": -0.2}, margin={"t": 40 if title else 10},
-                      template="plotly_white", height=height)
+                      height=height)
     return fig
 
 
@@ -32,7 +31,7 @@ def bound_figure(curves: pd.DataFrame, sims: pd.DataFrame | None = None, eps: fl
     colors: dict[str, str] = {}
     for name, df in curves.groupby("bound", sort=False):
         lower = (df["kind"] == "lower").all()
-        color = LOWER if lower else PALETTE[len(colors) % len(PALETTE)]
+        color = LOWER if lower else technique_color(str(name))
         colors[str(name)] = color
         fig.add_trace(go.Scatter(
             x=df["T"], y=df["value"], name=str(name), mode="lines", legendgroup=str(name),
@@ -41,7 +40,7 @@ def bound_figure(curves: pd.DataFrame, sims: pd.DataFrame | None = None, eps: fl
         ))
     if sims is not None and not sims.empty:
         for name, df in sims.groupby("bound", sort=False):
-            color = colors.setdefault(str(name), PALETTE[len(colors) % len(PALETTE)])
+            color = colors.setdefault(str(name), technique_color(str(name)))
             differs = str(df["differs"].iloc[0]) if "differs" in df else ""
             note = f"<br>simulated at {differs}" if differs else ""
             fig.add_trace(go.Scatter(
@@ -78,21 +77,18 @@ def tta_bar_figure(table: pd.DataFrame, title: str = "", metric: str = "seconds"
     """
     column, axis = BAR_AXES[metric]
     df = table[np.isfinite(table[column].astype(float))]
-    colors = []
-    for _, row in df.iterrows():
-        if bool(row["winner"]):
-            colors.append(PALETTE[0])
-        elif row["note"] and "not ranked" in str(row["note"]):
-            colors.append(NONE_COLOR)
-        else:
-            colors.append("#9ecae1")
+    colors, opacity = [], []
+    for _, row in df.iterrows():  # each technique in its colour (app.palette), the winner opaque
+        ranked = not (row["note"] and "not ranked" in str(row["note"]))
+        colors.append(technique_color(str(row["technique"])) if ranked else NONE_COLOR)
+        opacity.append(1.0 if bool(row["winner"]) else 0.6)
     text = df["time"] if metric == "seconds" else [f"{x:.3g}x ({t})" for x, t in zip(df[column], df["time"],
                                                                                      strict=True)]
     schedule = df["schedule"] if "schedule" in df else [""] * len(df)
     custom = np.array(list(zip(df["iterations"], df["seconds_per_iteration"], schedule, strict=True)),
                       dtype=object).reshape(-1, 3)
     fig = go.Figure(go.Bar(
-        x=df[column], y=df["technique"], orientation="h", marker={"color": colors}, text=text,
+        x=df[column], y=df["technique"], orientation="h", marker={"color": colors, "opacity": opacity}, text=text,
         textposition="auto", customdata=custom,
         hovertemplate="%{y}: %{text}<br>%{customdata[0]:.4g} iterations x %{customdata[1]:.4g} s"
                       "<br>priced as %{customdata[2]}<extra></extra>",
@@ -140,7 +136,7 @@ def winner_map_figure(table: pd.DataFrame, here: tuple[float, int] | None = None
     k = max(len(present), 1)
     scale = []
     for i, t in enumerate(present):
-        color = NONE_COLOR if t == "-" else PALETTE[techniques.index(t) % len(PALETTE)]
+        color = NONE_COLOR if t == "-" else technique_color(t)
         scale += [[i / k, color], [(i + 1) / k, color]]
     best = table[table["technique"] == table["winner"]].set_index(["p", "bandwidth_Bps"])["seconds"]
     secs = best.unstack("bandwidth_Bps").reindex(index=ps, columns=bws).to_numpy(dtype=float)

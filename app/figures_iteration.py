@@ -7,6 +7,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 import costmodels as cm
+from app.figures import band_traces
+from app.palette import color as palette_color
 
 METRICS = {
     "iteration_time_s": ("iteration time (s)", "log"),
@@ -29,30 +31,49 @@ def _layout(fig: go.Figure, title: str, height: int, *, legend_on_top: bool = Fa
     legend = ({"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0.0, "xanchor": "left",
                "traceorder": "normal"} if legend_on_top else {"orientation": "h", "y": -0.2})
     fig.update_layout(title=title, legend=legend, margin={"t": 60 if title or legend_on_top else 10},
-                      template="plotly_white", height=height)
+                      height=height)
     return fig
 
 
-def scaling_figure(curves: pd.DataFrame, metric: str = "iteration_time_s", title: str = "",
-                   p_mark: int | None = None) -> go.Figure:
-    """Lines of ``metric`` versus p (log2 axis), one per schedule (and compressor).
+def _scaling_traces(fig: go.Figure, curves: pd.DataFrame, metric: str, prefix: str = "", dash: str | None = None,
+                    bands: bool = True) -> None:
+    unit = {"iteration_time_s": " s", "throughput": " samples/s"}.get(metric, "")
+    for (sched, comp), df in curves.groupby(["schedule", "compressor"], sort=False):
+        name = prefix + (str(sched) if comp == "none" else f"{sched} + {comp}")
+        color = palette_color(str(sched))
+        x = df["p"].to_numpy(dtype=float)
+        if bands and f"{metric}_lo" in df:
+            band_traces(fig, x, df[f"{metric}_lo"].to_numpy(dtype=float), df[f"{metric}_hi"].to_numpy(dtype=float),
+                  color, name)
+        fig.add_trace(go.Scatter(
+            x=x, y=df[metric], name=name, mode="lines+markers", marker={"size": 5}, legendgroup=name,
+            line={"color": color, "dash": dash}, meta="pinned" if prefix.startswith("A") else "curve",
+            hovertemplate=name + ": %{y:.4g}" + unit + "<extra></extra>",
+        ))
 
-    ``curves`` is the long table of :func:`app.data_iteration.scaling_curves`; ``p_mark`` draws a
-    dotted vertical line at that p (the one the timeline below shows).
+
+def scaling_figure(curves: pd.DataFrame, metric: str = "iteration_time_s", title: str = "",
+                   p_mark: int | None = None, pinned: pd.DataFrame | None = None) -> go.Figure:
+    """Lines of ``metric`` versus p (log2 axis), one per schedule (and compressor) in its palette colour
+    (:mod:`app.palette`), with one hover for every line at a p ("x unified").
+
+    ``curves`` is the long table of :func:`app.data_iteration.scaling_curves`; where it carries ``<metric>_lo`` and
+    ``<metric>_hi`` (:func:`app.data_uncertainty.scaling_band`) a translucent band spans them. ``pinned``: the
+    curves of a pinned configuration A, drawn dashed ("A: ...") beside the current ones ("B: ..."). ``p_mark``
+    draws a dotted vertical line at that p.
     """
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; allowed: {', '.join(METRICS)}")
     label, yscale = METRICS[metric]
     fig = go.Figure()
-    for (sched, comp), df in curves.groupby(["schedule", "compressor"], sort=False):
-        name = str(sched) if comp == "none" else f"{sched} + {comp}"
-        fig.add_trace(go.Scatter(
-            x=df["p"], y=df[metric], name=name, mode="lines+markers", marker={"size": 5},
-            hovertemplate="p = %{x}: %{y:.4g}<extra>" + name + "</extra>",
-        ))
+    compare = pinned is not None and not pinned.empty
+    if compare:
+        _scaling_traces(fig, pinned, metric, prefix="A: ", dash="dash", bands=False)
+    _scaling_traces(fig, curves, metric, prefix="B: " if compare else "")
     _layout(fig, title, 480)
-    fig.update_layout(xaxis_title="p (workers)", yaxis_title=label)
-    ps = curves["p"].to_numpy(dtype=float) if len(curves) else np.array([1.0, 2.0])
+    fig.update_layout(xaxis_title="p (workers)", yaxis_title=label, hovermode="x unified")
+    both = pd.concat([curves["p"], pinned["p"]]) if compare else curves["p"]
+    ps = both.to_numpy(dtype=float) if len(both) else np.array([1.0, 2.0])
     ticks = [2**k for k in range(int(np.floor(np.log2(ps.min()))), int(np.ceil(np.log2(ps.max()))) + 1)]
     fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks])
     fig.update_yaxes(type=yscale)

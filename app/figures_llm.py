@@ -13,7 +13,7 @@ LAYER_COLORS = {"compute": "#4c78a8", "strategy": "#f58518", "library": "#b279a2
 
 def _layout(fig: go.Figure, title: str, height: int) -> go.Figure:
     fig.update_layout(title=title, height=height, margin={"l": 10, "r": 10, "t": 50, "b": 10},
-                      legend={"orientation": "h", "y": -0.2}, template="plotly_white")
+                      legend={"orientation": "h", "y": -0.2})
     return fig
 
 

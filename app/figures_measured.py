@@ -17,6 +17,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from app.data_measured import EFFICIENCY_METRICS
+from app.palette import colors as technique_colors
 
 COLORS = qualitative.Plotly + qualitative.D3
 SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "star", "cross", "triangle-down", "pentagon", "hexagon"]
@@ -29,7 +30,7 @@ def color_map(names: Sequence[str]) -> dict[str, str]:
 
 
 def _layout(fig: go.Figure, title: str, height: int = 480) -> go.Figure:
-    fig.update_layout(title=title, template="plotly_white", height=height, margin={"t": 60 if title else 20},
+    fig.update_layout(title=title, height=height, margin={"t": 60 if title else 20},
                       legend={"orientation": "h", "y": -0.2})
     return fig
 
@@ -46,7 +47,7 @@ def scatter_figure(frame: pd.DataFrame, log: bool = True, band: float = 0.1, pan
     """
     df = frame[np.isfinite(frame["predicted_s"].to_numpy(dtype=float))]
     envs = list(dict.fromkeys(df["environment"])) or [""]
-    colors = color_map(frame["technique"])
+    colors = technique_colors(frame["technique"])  # one colour per technique on every page (app.palette)
     symbols = {e: SYMBOLS[i % len(SYMBOLS)] for i, e in enumerate(envs)}
     fig = make_subplots(rows=1, cols=len(envs), subplot_titles=envs, horizontal_spacing=0.06) if panels else go.Figure()
     values = np.concatenate([df["predicted_s"].to_numpy(dtype=float), df["measured_s"].to_numpy(dtype=float)]) * 1e3
@@ -70,7 +71,7 @@ def scatter_figure(frame: pd.DataFrame, log: bool = True, band: float = 0.1, pan
                 marker={"color": colors[str(tech)], "size": 10, "line": {"width": 1.5, "color": colors[str(tech)]},
                         "symbol": [symbols.get(e, "circle") + ("-open" if w else "")
                                    for e, w in zip(g["environment"], within, strict=True)]},
-                error_x=spread if np.isfinite(rel).any() else None,
+                error_x=spread if np.isfinite(rel).any() else None, error_y=_ci_bars(g, colors[str(tech)]),
                 customdata=[[str(e), float(x) * 100, float(sp) * 100, " (within the spread)" if w else ""]
                             for e, x, sp, w in zip(g["environment"], g["error"], rel, within, strict=True)],
                 hovertemplate=(f"<b>{tech}</b> on %{{customdata[0]}}<br>measured %{{x:.4g}} ms "
@@ -85,6 +86,18 @@ def scatter_figure(frame: pd.DataFrame, log: bool = True, band: float = 0.1, pan
                                      legendgroup=f"env:{env}"))
     _square_axes(fig, lo, hi, log, "measured (ms)", "predicted (ms)", {"row": 1, "col": 1} if panels else {})
     return _layout(fig, title, height=520)
+
+
+def _ci_bars(g: pd.DataFrame, color: str) -> dict | None:
+    """Vertical bars from the prediction at both ends of the link's fitted 95% CIs (``predicted_lo_s``,
+    ``predicted_hi_s``, :func:`app.data_uncertainty.prediction_band`), or None where there are none."""
+    if "predicted_lo_s" not in g or not np.isfinite(g["predicted_lo_s"].to_numpy(dtype=float)).any():
+        return None
+    pred = g["predicted_s"].to_numpy(dtype=float)
+    up = np.nan_to_num(g["predicted_hi_s"].to_numpy(dtype=float) - pred, nan=0.0) * 1e3
+    down = np.nan_to_num(pred - g["predicted_lo_s"].to_numpy(dtype=float), nan=0.0) * 1e3
+    return {"type": "data", "symmetric": False, "array": np.maximum(up, 0), "arrayminus": np.maximum(down, 0),
+            "thickness": 1, "width": 3, "color": color}
 
 
 def _identity(fig: go.Figure, line: np.ndarray, band: float, legend: bool, where: dict) -> None:

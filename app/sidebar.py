@@ -220,7 +220,10 @@ def library_select(where, key: str, env: cm.Environment, label: str = "library")
     environment's library; a library chosen on the page holds until the environment's library changes."""
     libraries = cm.libraries()
     mark = f"{key}_follows"
-    if st.session_state.get(mark) != env.library or st.session_state.get(key) not in libraries:
+    linked = st.session_state.pop(f"{key}_url", None)  # a link's choice (app.urlstate) holds like a page's
+    if linked in libraries:
+        st.session_state[key] = linked
+    elif st.session_state.get(mark) != env.library or st.session_state.get(key) not in libraries:
         st.session_state[key] = env.library
     st.session_state[mark] = env.library
     return where.selectbox(label, libraries, key=key,

@@ -79,7 +79,7 @@ def test_page_renders_plot_formulas_and_crossovers(page: AppTest) -> None:
     ("change", "check"),
     [
         (lambda at: at.number_input(key="coll_p").set_value(8), lambda a, b: a != b),
-        (lambda at: at.radio(key="coll_metric").set_value("busbw_GBps"), lambda a, b: a != b),
+        (lambda at: at.radio(key="coll_metric").set_value("time_s"), lambda a, b: a != b),  # busbw by default
         (lambda at: at.checkbox(key="coll_bound").uncheck(), lambda a, b: "lower_bound_allreduce" not in _names(b)),
         (lambda at: at.select_slider(key="coll_range").set_value((4, 20)), lambda a, b: a != b),
         (lambda at: at.sidebar.selectbox(key="env_preset").set_value("IB-NDR"), lambda a, b: a != b),
@@ -234,7 +234,7 @@ def test_figure_draws_the_bands_and_the_library_curve() -> None:
     assert len(bands) >= 3
     fig = collective_figure(curve, "busbw_GBps", bands=bands)
     assert [tr.name for tr in fig.data] == ["library: nccl"] and fig.data[0].line.width == 3
-    assert list(fig.data[0].customdata) == list(curve["choice"])  # the choice is in the hover
+    assert [c[1] for c in fig.data[0].customdata] == list(curve["choice"])  # the choice is in the hover
     shapes = fig.layout.shapes
     assert [s.name for s in shapes] == [b[2] for b in bands] == _bands(fig.to_plotly_json())
     assert shapes[0].x0 == SIZES[0] and shapes[-1].x1 == SIZES[-1]

@@ -165,3 +165,63 @@ def test_page_in_the_browser(server: str, name: str, path: str, title: str, chan
             page.screenshot(path=str(SHOTS / f"{name}-changed.png"), full_page=True)
         finally:
             browser.close()
+
+
+def _browser(pw):
+    return pw.chromium.launch(executable_path=_chromium(), headless=True,
+                              args=["--no-sandbox", "--disable-dev-shm-usage"])
+
+
+@pytest.mark.browser
+@pytest.mark.multiprocess
+def test_the_exported_figure_works_offline(server: str, tmp_path: Path) -> None:
+    """The Collectives page's HTML download, opened from disk with every request but the file's refused: it draws
+    its plot and asks no other host for anything."""
+    with sync_api.sync_playwright() as pw:
+        browser = _browser(pw)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(server)
+            page.get_by_role("heading", name="Collective algorithms").first.wait_for()
+            _wait_rendered(page)
+            with page.expect_download() as info:
+                page.get_by_role("button", name="figure (HTML, works offline)").click()
+            download = info.value
+            assert download.suggested_filename == "allreduce_10GbE_p64.html"
+            path = tmp_path / download.suggested_filename
+            download.save_as(path)
+            offline = browser.new_page()
+            asked: list[str] = []
+            offline.route("**/*", lambda route: (asked.append(route.request.url),
+                                                 route.continue_() if route.request.url.startswith("file:")
+                                                 else route.abort()))
+            offline.goto(path.as_uri())
+            offline.wait_for_selector(".js-plotly-plot .main-svg", timeout=TIMEOUT_MS)
+            traces = "() => document.querySelectorAll('.js-plotly-plot .scatterlayer .trace').length"
+            assert offline.evaluate(traces) > 0
+            assert [u for u in asked if not u.startswith(("file:", "data:", "blob:"))] == []
+        finally:
+            browser.close()
+
+
+@pytest.mark.browser
+@pytest.mark.multiprocess
+def test_the_url_carries_the_page_state(server: str) -> None:
+    """A link opens the page as it was, and a change shows in the address bar."""
+    with sync_api.sync_playwright() as pw:
+        browser = _browser(pw)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(f"{server}/iteration?iter_p=8&iter_schedules=bsp,dear&env_mode=preset&env_preset=IB-NDR")
+            page.get_by_role("heading", name="Training iteration").first.wait_for()
+            _wait_rendered(page)
+            assert page.get_by_label("p (workers)", exact=True).input_value() == "8"
+            assert "Environment IB-NDR" in page.locator('[data-testid="stMain"]').inner_text()
+            _set_number("p (workers)", "16")(page)
+            page.wait_for_function("() => location.search.includes('iter_p=16')", timeout=TIMEOUT_MS)
+            assert "iter_schedules=bsp%2Cdear" in page.url or "iter_schedules=bsp,dear" in page.url
+            _no_errors(page, "iteration from a link")
+        finally:
+            browser.close()

@@ -214,7 +214,7 @@ def test_convergence_page_renders(conv: AppTest) -> None:
     assert len(conv.latex) == len(conv.multiselect(key="conv_bounds").value)
     assert len(conv.dataframe) == 2 and len(conv.expander) >= 5
     assert not conv.warning and not conv.error
-    assert [d.proto.label for d in conv.get("download_button")] == ["figure data (CSV)", "figure (HTML)",
+    assert [d.proto.label for d in conv.get("download_button")] == ["figure data (CSV)", "figure (HTML, works offline)",
                                                                     "iterations to eps (CSV)"]
     keys = {w.key for w in conv.number_input if w.key != "conv_eps"}
     assert keys == {f"conv_{k}" for k in constants_needed(conv.multiselect(key="conv_bounds").value)}
@@ -271,7 +271,7 @@ def test_time_to_accuracy_page_renders(tta: AppTest) -> None:
     assert bar["data"][0]["type"] == "bar" and heat["data"][0]["type"] == "heatmap"
     assert heat["layout"]["xaxis"]["type"] == "log"
     assert set(heat["data"][0]["colorbar"]["ticktext"]) <= set(bar["data"][0]["y"]) | {"-"}
-    assert len(tta.dataframe) == 1 and not tta.warning and not tta.error
+    assert len(tta.dataframe) == 2 and not tta.warning and not tta.error  # the ranking, every technique
     assert len(tta.get("download_button")) == 4  # CSV and HTML of the bar chart and of the map
     assert "reaches eps = 0.001 first" in tta.markdown[0].value
 
@@ -350,7 +350,8 @@ def test_time_to_accuracy_page_shows_ratio_to_sgd_by_default_with_units_and_sche
     assert "SGD's" in bar["layout"]["xaxis"]["title"]["text"] and "(ratio" in bar["layout"]["xaxis"]["title"]["text"]
     for axis in (bar["layout"]["xaxis"], heat["layout"]["xaxis"], heat["layout"]["yaxis"]):
         assert "(" in axis["title"]["text"], axis["title"]  # a unit on every numeric axis
-    df = tta.dataframe[0].value
+    ranking, df = tta.dataframe[0].value, tta.dataframe[1].value  # the ranking first, every technique in an expander
+    assert list(ranking.columns) == ["rank", "technique", "time", "seconds", "behind_best_pct", "speedup_over_sgd"]
     assert "schedule" in df and set(df["schedule"]) >= {"fusion", "fusion + topk:0.01"}
     assert "Ranked by time to eps over SGD's" in tta.markdown[1].value
     assert any("Constants: L = 1" in c.value for c in tta.caption)

@@ -231,8 +231,9 @@ def test_page_renders_curves_timeline_breakdown_and_downloads(page: AppTest) -> 
     assert _names(_chart(page, "iter_breakdown")) == ["forward", "backward", "exposed communication"]
     assert page.metric[0].value == f"{r.iteration_time * 1e3:.4g} ms"
     labels = [b.label for b in page.get("download_button")]
-    assert labels == ["curves (CSV)", "curves (HTML)", "timeline (CSV)", "timeline (HTML)", "Chrome trace (JSON)"]
-    assert len(page.dataframe) == 2 and not page.warning and not page.error
+    assert labels == ["curves (CSV)", "curves (HTML, works offline)", "timeline (CSV)",
+                      "timeline (HTML, works offline)", "Chrome trace (JSON)"]
+    assert len(page.dataframe) == 3 and not page.warning and not page.error  # ranking, breakdown, communication
 
 
 CHANGES = [  # (what, change, the chart it must change), applied one after the other to one session
@@ -293,7 +294,8 @@ def test_undefined_p_and_empty_selection_warn(page: AppTest) -> None:
 
 def test_fitted_environment_uses_its_algorithms(page: AppTest) -> None:
     page.sidebar.radio(key="env_mode").set_value("fitted").run()
-    assert not page.exception and not page.warning
+    assert not page.exception
+    assert page.warning and all(w.value.startswith("Fit **fitted:") for w in page.warning)  # its guards only
     assert page.selectbox(key="iter_collective").options[0] == "auto (fitted)"
     first = sorted(reference.VALIDATION_DIR.glob("*/environment.json"))[0]  # the default fitted environment
     env = cm.Environment.from_json(first.read_text())

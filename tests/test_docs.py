@@ -64,3 +64,13 @@ def test_readme_library_example_runs(capsys) -> None:
     exec(compile(block.group(1), "README.md", "exec"), {})  # the README's own code, not user input
     out = capsys.readouterr().out
     assert "'ring', 'LL'" in out and "tree" in out and "fat tree 2:1" in out
+
+
+def test_readme_quick_start_comes_first_with_its_screenshot() -> None:
+    text = README.read_text()
+    headings = re.findall(r"^#{1,2} (.+)$", text, re.M)
+    assert headings[:2] == ["commscope", "Quick start"]  # right after the set-up block and the title
+    quick = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    images = re.findall(r"!\[[^\]]+\]\(([^)]+)\)", quick)
+    assert len(images) == 1 and (README.parent / images[0]).is_file()
+    assert "./dev.sh app" in quick and "five minutes" in quick

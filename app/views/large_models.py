@@ -3,9 +3,13 @@ group, pipeline timeline, memory and three-layer attribution, and Narayanan et a
 
 from __future__ import annotations
 
+from functools import partial
+
 import streamlit as st
 
 import costmodels as cm
+from app import exports, urlstate
+from app.cli_commands import llm_command
 from app.data_llm import (
     DEFAULT_ENV,
     DEFAULT_MODEL,
@@ -29,6 +33,11 @@ from app.figures_llm import (
     pipeline_figure,
     published_figure,
 )
+from app.urlstate import Param
+
+URL = {"llm_model": Param("str", options=model_choices), "llm_gpus": Param("int", 8, 16384),
+       "llm_env": Param("str", options=env_choices), "llm_memory": Param("float", 8, 1024),
+       "llm_top": Param("int", 1, 50), "llm_scan": Param("bool")}
 
 
 @st.cache_data(show_spinner="searching every plan ...", max_entries=64)
@@ -47,9 +56,15 @@ def _switches(model: str, gpus: int, env: str, device_memory: float):
 @st.cache_data(show_spinner=False, max_entries=128)
 def _detail(model: str, env: str, plan: tuple):
     r = plan_result(model, env, dict(plan))
-    return {"summary": r.summary(), "groups": group_table(r), "events": timeline_table(r), "trace": chrome_trace(r),
+    return {"summary": r.summary(), "groups": group_table(r), "events": timeline_table(r),
             "attribution": attribution_table(r), "memory": memory_table([r]), "bubble": r.bubble,
             "bubble_fraction": r.bubble_fraction, "schedule": r.plan.schedule, "m": r.plan.micro_batches}
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _trace(model: str, env: str, plan: tuple) -> str:
+    """The plan's pipeline as a Chrome trace (made when the download is clicked)."""
+    return chrome_trace(plan_result(model, env, dict(plan)))
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)
@@ -76,7 +91,10 @@ def _published_figure():
     return published_figure(_published()[0], "Narayanan et al. 2021 Table 1: predicted vs published")
 
 
+urlstate.restore(URL)
 st.title("Large models")
+if (problem := urlstate.problems()):
+    st.warning(problem)
 st.caption("Parallel plans (tensor with sequence, context, pipeline, data with ZeRO, expert parallelism) priced "
            "through the environment's collective library on the links each group crosses (`costmodels.llm`).")
 
@@ -88,6 +106,7 @@ env_name = c3.selectbox("environment", envs, index=envs.index(DEFAULT_ENV), key=
 memory_gib = float(c4.number_input("device memory (GiB)", min_value=8, max_value=1024, value=80, step=8,
                                    key="llm_memory"))
 top = int(c5.number_input("plans shown", min_value=1, max_value=50, value=10, step=1, key="llm_top"))
+urlstate.publish(["llm_model", "llm_gpus", "llm_env", "llm_memory", "llm_top", "llm_scan"])
 env = cm.environment(env_name)
 st.caption(f"**{env_name}**: {env.summary()}. **{model}**: {cm.llm(model).description}, "
            f"{cm.llm(model).params / 1e9:.3g} B parameters.")
@@ -118,8 +137,13 @@ st.dataframe(table.assign(vs_best=table["vs_best"] * 100, mfu=table["mfu"] * 100
                  "memory_gib": st.column_config.NumberColumn("GiB/GPU", format="%.1f"),
                  "bubble_s": st.column_config.NumberColumn("bubble (s)", format="%.3f"),
                  "exposed_comm_s": st.column_config.NumberColumn("exposed comm (s)", format="%.3f")})
-st.download_button("ranked plans (CSV)", lambda: table.to_csv(index=False), file_name=f"{model}_{gpus}_plans.csv",
-                   mime="text/csv", key="llm_dl_plans")
+meta = {"what": f"parallel plans of {model} ranked by iteration time (commscope app, Large models)",
+        "environment": f"{env_name}: {env.summary()}", "p": f"{gpus} GPUs", "device memory": f"{memory_gib:g} GiB"}
+st.download_button("ranked plans (CSV)", partial(exports.csv_with_header, table, meta),
+                   file_name=exports.file_name(f"{model}_plans", "csv", env_name, gpus), mime="text/csv",
+                   key="llm_dl_plans")
+with st.expander("equivalent CLI command (copy with the icon at its right)"):
+    st.code(llm_command(model, gpus, env_name, memory_gib, top), language="bash", wrap_lines=True)
 if switches:
     st.markdown("**What would change the best plan** (inter-node bandwidth per NIC scaled 1/16x to 16x, now "
                 f"{1 / env.beta / 1e9:.3g} GB/s):\n"
@@ -138,8 +162,8 @@ st.plotly_chart(comm_fig, width="stretch", key="llm_comm_fig")
 st.dataframe(detail["groups"].drop(columns=["bytes"]), hide_index=True, width="stretch")
 st.plotly_chart(gantt_fig, width="stretch", key="llm_gantt_fig")
 st.caption(f"bubble {detail['bubble']:.3g} s ({detail['bubble_fraction']:.1%} of the iteration).")
-trace = detail["trace"]
-st.download_button("pipeline Chrome trace (JSON)", lambda: trace, file_name=f"{model}_{gpus}_pipeline.json",
+st.download_button("pipeline Chrome trace (JSON)", partial(_trace, model, env_name, plan),
+                   file_name=exports.file_name(f"{model}_pipeline", "json", env_name, gpus),
                    mime="application/json", key="llm_dl_trace",
                    help="Opens in chrome://tracing or ui.perfetto.dev.")
 a1, a2 = st.columns([1, 1])

@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 from functools import partial
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
 import costmodels as cm
-from app.data import citations
+from app import exports, guards, urlstate
 from app.data_measured import (
     BASELINE,
     EFFICIENCY_METRICS,
@@ -25,7 +26,7 @@ from app.data_measured import (
     repredict,
     validation_frame,
 )
-from app.data_published import BANDWIDTH_REGIME, published_frame, published_summary, published_verdict
+from app.data_uncertainty import ci_environments, prediction_band
 from app.data_validation import (
     SHORT,
     accuracy_table,
@@ -44,15 +45,21 @@ from app.figures_measured import (
     contributions_figure,
     efficiency_figure,
     parameter_figure,
-    published_figure,
     scatter_figure,
 )
+from app.published_view import published_section
 from app.sidebar import environment_picker
-from app.uploads import published_records, results_uploader
+from app.uploads import results_uploader
+from app.urlstate import Param
 
 SOURCES = {"reference": "bundled reference run", "upload": "uploaded results files",
            "published": "published collectives (nccl-tests tables)"}
 PREDICTIONS = {"recorded": "as recorded (each link's fitted environment)", "sidebar": "the sidebar's environment"}
+URL = {"meas_source": Param("str", options=tuple(SOURCES)),
+       "meas_predictions": Param("str", options=tuple(PREDICTIONS)),
+       "meas_axes": Param("str", options=("log", "linear")), "meas_band": Param("int", 0, 50),
+       "meas_layout": Param("str", options=("symbols", "panels")),
+       "meas_prediction": Param("str", options=("sweep", "calibrated", "defaults")), "meas_ci": Param("bool")}
 
 
 @st.cache_data(show_spinner=False)
@@ -106,6 +113,22 @@ def _repredicted(env_json: str) -> pd.DataFrame:
     return repredict(records, profiles, cm.Environment.from_json(env_json))
 
 
+@st.cache_data(show_spinner="Predicting each record at its link's CI ends ...", max_entries=16)
+def _ci_band(predictions: str, env_json: str) -> pd.DataFrame:
+    """Prediction (a) of the shipped records at both ends of the 95% CIs (each link's fitted ones, or the sidebar
+    environment's): predicted_lo_s and predicted_hi_s per row of the page's frame."""
+    records, envs = _reference()
+    if predictions == "sidebar":
+        low, high = ci_environments(cm.Environment.from_json(env_json))
+        a, b = (_repredicted(e.to_json())["predicted_s"].to_numpy(dtype=float) for e in (low, high))
+        return pd.DataFrame({"predicted_lo_s": np.fmin(a, b), "predicted_hi_s": np.fmax(a, b)})
+    from runners import reference
+
+    profiles = {(link, model): cm.load_profile(path) for link in envs
+                for model, path in reference.profiles(link).items()}
+    return prediction_band(records, profiles, envs)
+
+
 @st.cache_data(show_spinner=False, max_entries=16)
 def _environment_tables(key: str, _envs: dict[str, dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
     return parameter_table(_envs), fit_quality(_envs)
@@ -138,72 +161,22 @@ def _multiselect(where, label: str, options: list[str], key: str) -> list[str]:
 
 def _html(fig: go.Figure) -> partial[str]:
     """The figure as a standalone HTML page, made when the download is clicked."""
-    return partial(fig.to_html, include_plotlyjs="cdn")
+    return partial(exports.offline_html, fig)
 
 
 def _percent(columns: list[str]) -> dict:
     return {c: st.column_config.NumberColumn(c, format="percent") for c in columns}
 
 
-@st.cache_data(show_spinner=False)
-def _published() -> pd.DataFrame:
-    """Every published point beside its environment's library prediction."""
-    from runners import reference
-
-    return published_frame(reference.published_comparison())
-
-
-@st.cache_resource(show_spinner=False, max_entries=32)
-def _published_figure(systems: tuple[str, ...], band: float) -> go.Figure:
-    frame = _published()
-    return published_figure(frame[frame["system"].isin(systems)], band=band)
-
-
-def published_section() -> None:
-    """The published collective measurements: scatter, per-system errors, where the model holds, citations."""
-    frame = _published()
-    st.caption("Collective measurements published by others (nccl-tests tables), each on the commscope "
-               "environment preset that describes its system, predicted by that environment's collective "
-               "library (NCCL 2.21's tuning model, as `costmodels.libraries` prices it). Bus bandwidth as "
-               "nccl-tests reports it; error = predicted / measured - 1.")
-    systems = list(dict.fromkeys(frame["system"]))
-    c1, c2 = st.columns([3, 1])
-    chosen = c1.multiselect("systems", systems, default=systems, key="meas_pub_systems")
-    band = c2.slider("error band (+-%)", 0, 50, 10, step=1, key="meas_pub_band")
-    view = frame[frame["system"].isin(chosen)]
-    if view.empty:
-        st.info("Choose at least one system.")
-        return
-    fig = _published_figure(tuple(chosen), band / 100)
-    st.plotly_chart(fig, width="stretch", key="meas_pub_scatter")
-    st.caption(f"Filled markers: the bandwidth regime (>= {BANDWIDTH_REGIME / 2**30:g} GiB); open: smaller "
-               "messages. Points whose published busbw rounds to 0.00 GB/s are left out of the log axes. Above "
-               "the y = x line the model is optimistic.")
-    summary = published_summary(view)
-    st.markdown(published_verdict(summary))
-    st.dataframe(summary, hide_index=True, width="stretch", key="meas_pub_summary",
-                 column_config=_percent(["median_abs_error", "mid_median_error", "bw_median_error",
-                                         "bw_max_abs_error"]))
-    d1, d2, d3 = st.columns(3)
-    d1.download_button("points (CSV)", partial(view.to_csv, index=False), file_name="published_vs_model.csv",
-                       mime="text/csv", key="meas_dl_pub_csv")
-    d2.download_button("per system (CSV)", summary.to_csv(index=False), file_name="published_errors.csv",
-                       mime="text/csv", key="meas_dl_pub_summary")
-    d3.download_button("figure (HTML)", _html(fig), file_name="published_vs_model.html", mime="text/html",
-                       key="meas_dl_pub_html")
-    with st.expander("every published point"):
-        st.dataframe(view, hide_index=True, width="stretch", column_config=_percent(["busbw_error", "time_error"]))
-    st.subheader("Sources")
-    for c in [c for c in citations(published_records()) if c["system"] in chosen]:
-        st.markdown(f"- **{c['system']}**: {c['source']}; {c['where']}. <{c['url']}>")
-        if c["notes"]:
-            st.caption(c["notes"])
-
-
+urlstate.restore(URL)
 env = environment_picker()
 st.title("Predicted vs measured")
+if (problem := urlstate.problems()):
+    st.warning(problem)
 
 source = st.radio("results", list(SOURCES), format_func=SOURCES.get, horizontal=True, key="meas_source")
+urlstate.publish(["meas_source", "meas_predictions", "meas_axes", "meas_band", "meas_layout", "meas_prediction",
+                  "meas_ci"])
 if source == "published":
     published_section()
     st.stop()
@@ -236,6 +209,7 @@ if source == "reference":
 if predictions == "sidebar":
     frame = _repredicted(env.to_json())
     st.caption(f"Predicted again in **{env.name}** ({env.summary()}) on each link's measured model profile.")
+    guards.show(env, p=sorted(set(frame["p"])))
 else:
     frame = _frame(key, records)
 
@@ -279,22 +253,51 @@ r2.dataframe(answers["winners"], hide_index=True, width="stretch", key="meas_win
 
 # ------------------------------------------------------------------------------------------ scatter
 st.subheader("Iteration time: predicted against measured")
-c3, c4, c5, c6 = st.columns(4)
-axes = c3.radio("axes", ["log", "linear"], horizontal=True, key="meas_axes")
-band = c4.slider("error band (+-%)", 0, 50, 10, step=1, key="meas_band")
-layout = c5.radio("environments as", ["symbols", "panels"], horizontal=True, key="meas_layout")
-chosen = c6.radio("prediction", keys, format_func=SHORT.get, key="meas_prediction") if len(keys) > 1 else "sweep"
+chosen = st.radio("prediction", keys, format_func=SHORT.get, key="meas_prediction",
+                  horizontal=True) if len(keys) > 1 else "sweep"
 sig = f"{sig}|{chosen}"
 pview = _prediction_view(sig, chosen, view)
-fig = _scatter(sig, axes == "log", band / 100, layout == "panels", pview)
-st.plotly_chart(fig, width="stretch", key="meas_scatter")
-st.caption("One marker per cell (technique, environment, model, p); the horizontal bars span the measured spread, "
-           "and a marker is open where the error is within it. Below the y = x line the model is optimistic.")
-d1, d2 = st.columns(2)
-d1.download_button("data (CSV)", partial(pview.to_csv, index=False), file_name="predicted_vs_measured.csv",
-                   mime="text/csv", key="meas_dl_scatter_csv")
-d2.download_button("figure (HTML)", _html(fig), file_name="predicted_vs_measured.html",
-                   mime="text/html", key="meas_dl_scatter_html")
+
+
+@st.fragment
+def scatter_section(sig: str, chosen: str, pview: pd.DataFrame, can_band: bool, predictions: str, env_json: str,
+                    meta: dict, env_part: str) -> None:
+    """The scatter, its controls and downloads: a fragment, so that its controls rerun only this part."""
+    c3, c4, c5, c6 = st.columns(4)
+    axes = c3.radio("axes", ["log", "linear"], horizontal=True, key="meas_axes")
+    band = c4.slider("error band (+-%)", 0, 50, 10, step=1, key="meas_band")
+    layout = c5.radio("environments as", ["symbols", "panels"], horizontal=True, key="meas_layout")
+    ci = can_band and c6.checkbox("95% CI of (a)", value=True, key="meas_ci",
+                                  help="Vertical bars: prediction (a) made again at both ends of the fitted alpha, "
+                                       "beta and gamma's 95% confidence intervals (each link's, or the sidebar "
+                                       "environment's).")
+    urlstate.publish(["meas_source", "meas_predictions", "meas_axes", "meas_band", "meas_layout", "meas_prediction",
+                      "meas_ci"])
+    shown = pview.join(_ci_band(predictions, env_json if predictions == "sidebar" else "")) if ci else pview
+    fig = _scatter(f"{sig}|{ci}", axes == "log", band / 100, layout == "panels", shown)
+    st.plotly_chart(fig, width="stretch", key="meas_scatter")
+    st.caption("One marker per cell (technique, environment, model, p); the horizontal bars span the measured "
+               "spread, and a marker is open where the error is within it. Below the y = x line the model is "
+               "optimistic." + (" Vertical bars: prediction (a) at both ends of the fitted 95% CIs." if ci else ""))
+    d1, d2 = st.columns(2)
+    d1.download_button("data (CSV)", partial(exports.csv_with_header, shown, meta),
+                       file_name=exports.file_name("predicted_vs_measured", "csv", env_part, None),
+                       mime="text/csv", key="meas_dl_scatter_csv")
+    d2.download_button("figure (HTML, works offline)", _html(fig),
+                       file_name=exports.file_name("predicted_vs_measured", "html", env_part, None),
+                       mime="text/html", key="meas_dl_scatter_html")
+
+
+scatter_section(sig, chosen, pview,
+                source == "reference" and chosen == "sweep" and (predictions == "recorded"
+                                                                 or ci_environments(env) is not None),
+                predictions, env.to_json(),
+                {"what": f"predicted ({SHORT[chosen]}) against measured iteration time (commscope app, Predicted vs "
+                         "measured)",
+                 "environment": ", ".join(chosen_envs) + (f"; predicted in {env.name}: {env.summary()}"
+                                                          if predictions == "sidebar" else ""),
+                 "p": ", ".join(map(str, sorted(set(pview["p"])))), "records": key},
+                env.name if predictions == "sidebar" else "+".join(chosen_envs))
 unpredicted = pview[pview["predicted_s"].isna()]
 if len(unpredicted):
     st.warning(f"{len(unpredicted)} record(s) without prediction {SHORT[chosen]}: " + "; ".join(
@@ -325,7 +328,10 @@ e1.dataframe(by_tech, hide_index=True, width="stretch", column_config=pct, key="
 e2.dataframe(by_env, hide_index=True, width="stretch", column_config=pct, key="meas_err_env")
 errors_csv = pd.concat([by_tech.rename(columns={"technique": "group"}).assign(by="technique"),
                         by_env.rename(columns={"environment": "group"}).assign(by="environment")])
-st.download_button("errors (CSV)", errors_csv.to_csv(index=False), file_name="prediction_errors.csv", mime="text/csv",
+FILE_META = {"environment": ", ".join(chosen_envs), "records": key, "prediction": SHORT[chosen]}
+st.download_button("errors (CSV)", partial(exports.csv_with_header, errors_csv,
+                                           {"what": "prediction errors (commscope app)", **FILE_META}),
+                   file_name=exports.file_name("prediction_errors", "csv", "+".join(chosen_envs)), mime="text/csv",
                    key="meas_dl_errors")
 with st.expander("every record"):
     st.dataframe(pview, hide_index=True, width="stretch", column_config=_percent(
@@ -344,9 +350,12 @@ f2.caption(EFFICIENCY_METRICS[metric][1])
 eff, eff_fig = _efficiency(sig, metric, baseline, pview)
 st.plotly_chart(eff_fig, width="stretch", key="meas_eff")
 g1, g2 = st.columns(2)
-g1.download_button("data (CSV)", eff.to_csv(index=False), file_name=f"efficiency_{metric}.csv", mime="text/csv",
+g1.download_button("data (CSV)", partial(exports.csv_with_header, eff, {"what": f"{metric}, predicted and measured",
+                                                                     **FILE_META}),
+                   file_name=exports.file_name(f"efficiency_{metric}", "csv", "+".join(chosen_envs)), mime="text/csv",
                    key="meas_dl_eff_csv")
-g2.download_button("figure (HTML)", _html(eff_fig), file_name=f"efficiency_{metric}.html",
+g2.download_button("figure (HTML, works offline)", _html(eff_fig),
+                   file_name=exports.file_name(f"efficiency_{metric}", "html", "+".join(chosen_envs)),
                    mime="text/html", key="meas_dl_eff_html")
 
 # ----------------------------------------------------------------------------- fitted environments
@@ -365,10 +374,15 @@ st.dataframe(quality, hide_index=True, width="stretch", key="meas_quality",
              column_config={**_percent(["rms_rel_error", "median_rel_error", "max_rel_error"]),
                             **{c: st.column_config.NumberColumn(c, format="%.4g")
                                for c in ("r2", "fitted_beta", "nominal_beta")}})
+for link, env_dict in envs.items():  # each link's fit, guarded (the ranks it ran on: the records' p)
+    p_used = sorted(set(frame.loc[frame["environment"] == link, "p"]))
+    guards.show(cm.Environment.from_dict(dict(env_dict)), p=p_used)
 param_fig = _parameters(key, params)
 st.plotly_chart(param_fig, width="stretch", key="meas_param_chart")
 h1, h2, h3 = st.columns(3)
-h1.download_button("parameters (CSV)", params.to_csv(index=False), file_name="fitted_parameters.csv",
+h1.download_button("parameters (CSV)", partial(exports.csv_with_header, params,
+                                               {"what": "each link's fitted parameters", **FILE_META}),
+                   file_name=exports.file_name("fitted_parameters", "csv", "+".join(envs)),
                    mime="text/csv", key="meas_dl_params")
 link = h2.selectbox("environment JSON of", list(envs), key="meas_env_link", label_visibility="collapsed")
 h3.download_button(f"{link} environment (JSON)", environment_json(envs[link]), file_name=f"environment_{link}.json",

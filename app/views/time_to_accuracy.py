@@ -11,12 +11,15 @@ import pandas as pd
 import streamlit as st
 
 import costmodels as cm
+from app import exports, guards, urlstate
+from app.cli_commands import needs_env_file, tta_command
 from app.data_tta import (
     SHIPPED_DIR,
     TECHNIQUES,
     UNITS,
     format_bandwidth,
     ranking_sentence,
+    ranking_table,
     shipped_constants,
     technique_parameter,
     technique_spec,
@@ -27,6 +30,7 @@ from app.data_tta import (
 from app.figures_convergence import tta_bar_figure, winner_map_figure
 from app.sidebar import environment_picker
 from app.uploads import results_uploader
+from app.urlstate import Param
 from convergence.topology import TOPOLOGIES
 from convergence.tta import DEFAULT_CONSTANTS
 
@@ -42,6 +46,17 @@ PROBLEM = {  # the problem constants time to accuracy takes (n, tau, H, s, gap, 
 Items = tuple[tuple[str, float], ...]
 UNIT, MEASURED = "unit (L = sigma = Delta = 1)", "measured (shipped run or upload)"
 SHOW = {"time / SGD's (ratio)": "ratio_to_sgd", "time to eps (seconds)": "seconds"}
+URL = {
+    "tta_model": Param("str", options=cm.profiles),
+    "tta_eps": Param("float", 1e-12, 1e6),
+    "tta_p": Param("int", 1, 4096),
+    "tta_techniques": Param("list", options=TECHNIQUES),
+    "tta_p_range": Param("range", options=P_OPTIONS),
+    "tta_bw_range": Param("frange", options=BW_OPTIONS),
+    "tta_show": Param("str", options=tuple(SHOW)),
+    "tta_constants": Param("str", options=(UNIT, MEASURED)),
+    **{f"tta_{k}": Param("float", low, high) for k, (_, low, high, _) in PROBLEM.items()},
+}
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
@@ -59,6 +74,21 @@ def _map(model: str, env_json: str, bw: tuple[float, float], pr: tuple[int, int]
     ps = [q for q in P_OPTIONS if pr[0] <= q <= pr[1]]
     return winner_table(model, cm.Environment.from_json(env_json), bandwidths, ps, eps, specs, dict(constants),
                         _records)
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def _bar(model: str, env_json: str, p: int, eps: float, specs: tuple[str, ...], constants: Items, source: str,
+         show: str, title: str, _table: pd.DataFrame):
+    """The bar chart of the table (built once per inputs, shared, never modified)."""
+    return tta_bar_figure(_table, title=title, metric=show)
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)
+def _heat(model: str, env_json: str, bw: tuple[float, float], pr: tuple[int, int], eps: float, specs: tuple[str, ...],
+          constants: Items, source: str, p: int, _grid: pd.DataFrame):
+    """The winner map's figure (built once per inputs, shared, never modified)."""
+    env = cm.Environment.from_json(env_json)
+    return winner_map_figure(_grid, here=(env.bandwidth, p), title=f"fastest to eps = {eps:g}: {model}")
 
 
 @st.cache_data(show_spinner=False)
@@ -94,11 +124,14 @@ def _parameter_widget(name: str, parameter: str, default: Any) -> Any:
     return st.number_input(label, bounds[0], bounds[1], int(default), step=1, key=key)
 
 
+urlstate.restore(URL)
 env = environment_picker()
 st.title("Time to accuracy")
 st.caption(f"Environment **{env.name}**: {env.summary()}. Seconds to eps = the iterations a technique's convergence "
            "bound needs x the cost model's time of one of its iterations. Bounds are worst-case guarantees: the "
            "winner is the technique whose guarantee is met first.")
+if (problem := urlstate.problems()):
+    st.warning(problem)
 
 c1, c2, c3 = st.columns(3)
 profiles = cm.profiles()
@@ -107,10 +140,6 @@ eps = float(c2.number_input("eps (average squared gradient norm)", min_value=1e-
                             format="%.3e", key="tta_eps"))
 p = int(c3.number_input("p (workers) of the table", min_value=1, max_value=4096, value=32, step=1, key="tta_p"))
 techniques = st.multiselect("techniques", list(TECHNIQUES), default=DEFAULT, key="tta_techniques")
-c4, c5 = st.columns(2)
-plo, phi = c4.select_slider("p range of the map", options=P_OPTIONS, value=(2, 256), key="tta_p_range")
-blo, bhi = c5.select_slider("bandwidth range of the map", options=BW_OPTIONS, value=(8.0, 11.0),
-                            format_func=lambda e: format_bandwidth(10.0**e), key="tta_bw_range")
 
 c6, c7 = st.columns(2)
 show = SHOW[c6.radio("show", list(SHOW), horizontal=True, key="tta_show")]
@@ -143,6 +172,8 @@ with st.expander("technique parameters and problem constants"):
                                        key=f"tta_{k}"))
         if v != DEFAULT_CONSTANTS[k]:
             constants[k] = v
+urlstate.publish(["tta_model", "tta_eps", "tta_p", "tta_techniques", "tta_p_range", "tta_bw_range", "tta_show",
+                  "tta_constants", *[f"tta_{k}" for k in constants]])
 
 if not techniques:
     st.info("Choose at least one technique.")
@@ -156,18 +187,26 @@ try:
 except cm.CommscopeError as e:
     st.warning(f"Cannot compute the time to accuracy: {e}")
     st.stop()
-st.markdown(tta_sentence(table, model, env.name, p, eps))
-st.markdown(ranking_sentence(table))
-used = ", ".join(f"{k} = {v:.4g}" for k, v in table.attrs["constants"].items())
-st.caption(f"Constants: {used}; {table.attrs['source']}.")
 if show == "ratio_to_sgd" and not np.isfinite(table["ratio_to_sgd"].astype(float)).any():
     st.info("The ratio to SGD needs sgd among the techniques: showing seconds.")
     show = "seconds"
+bar = _bar(model, env_json, p, eps, tuple(specs), items, source, show, f"{model} on {env.name}, p = {p}", table)
+st.plotly_chart(bar, width="stretch", key="tta_bar")
+st.markdown(tta_sentence(table, model, env.name, p, eps))
+st.markdown(ranking_sentence(table))
+guards.show(env, p=[p])
+used = ", ".join(f"{k} = {v:.4g}" for k, v in table.attrs["constants"].items())
+st.caption(f"Constants: {used}; {table.attrs['source']}.")
 never = table.loc[~np.isfinite(table["seconds"].astype(float)), "technique"].tolist()
 if never:
     st.info(f"Never reach eps = {eps:g} (their bound stays above it): {', '.join(never)}.")
-bar = tta_bar_figure(table, title=f"{model} on {env.name}, p = {p}", metric=show)
-st.plotly_chart(bar, width="stretch", key="tta_bar")
+st.markdown(f"**Ranking at p = {p}**")
+st.dataframe(ranking_table(table), hide_index=True, width="stretch", key="tta_ranking", column_config={
+    "rank": st.column_config.NumberColumn("rank", format="%d"),
+    "time": st.column_config.TextColumn("time to eps"),
+    "seconds": st.column_config.NumberColumn("time to eps (s)", format="%.4g"),
+    "behind_best_pct": st.column_config.NumberColumn("behind the best (%)", format="+%.1f"),
+    "speedup_over_sgd": st.column_config.NumberColumn("speedup over sgd (x)", format="%.3g")})
 order = ["technique", "schedule", "ratio_to_sgd", "time", "seconds", "iterations", "seconds_per_iteration",
          "ratio_to_best", "bound", "note"]
 if show == "seconds":
@@ -177,33 +216,64 @@ text = {k: st.column_config.TextColumn(UNITS[k][0], help=UNITS[k][1]) for k in (
 numbers = {k: st.column_config.NumberColumn(UNITS[k][0], help=UNITS[k][1], format=f)
            for k, f in (("iterations", "%.4g"), ("seconds_per_iteration", "%.4g"), ("seconds", "%.4g"),
                         ("ratio_to_sgd", "%.3gx"), ("ratio_to_best", "%.3gx"))}
-st.dataframe(table, hide_index=True, width="stretch", column_order=order, column_config={**text, **numbers})
+with st.expander("every technique: iterations, seconds per iteration, bound"):
+    st.dataframe(table, hide_index=True, width="stretch", column_order=order, column_config={**text, **numbers},
+                 key="tta_table")
+meta = {"what": f"time to eps = {eps:g} per technique (commscope app, Time to accuracy)", "model": model,
+        "environment": f"{env.name}: {env.summary()}", "p": p, "constants": f"{used}; {table.attrs['source']}"}
 d1, d2 = st.columns(2)
-d1.download_button("table (CSV)", partial(table.to_csv, index=False),
-                   file_name=f"tta_{model}_p{p}.csv", mime="text/csv",
+d1.download_button("table (CSV)", partial(exports.csv_with_header, table, meta),
+                   file_name=exports.file_name(f"tta_{model}", "csv", env.name, p), mime="text/csv",
                    key="tta_dl_table_csv")
-d2.download_button("bar chart (HTML)", partial(bar.to_html, include_plotlyjs="cdn"), file_name=f"tta_{model}_p{p}.html",
-                   mime="text/html", key="tta_dl_table_html")
+d2.download_button("bar chart (HTML, works offline)", partial(exports.offline_html, bar),
+                   file_name=exports.file_name(f"tta_{model}", "html", env.name, p), mime="text/html",
+                   key="tta_dl_table_html")
+shipped_files = _shipped(str(SHIPPED_DIR))[1] if source.startswith("shipped") else []
+command = tta_command(env, model, p, eps, specs, constants,
+                     str((SHIPPED_DIR / shipped_files[0]).relative_to(SHIPPED_DIR.parents[2])) if shipped_files else
+                     ("constants.jsonl" if source.startswith("upload") else None))
+with st.expander("equivalent CLI command (copy with the icon at its right)"):
+    st.code(command, language="bash", wrap_lines=True)
+    if needs_env_file(command):
+        st.download_button("env.json", env_json, file_name="env.json", mime="application/json", key="tta_dl_env")
 
-st.subheader("Which technique wins")
-st.caption(f"Over the inter-node bandwidth and p, at the environment's latency alpha = {env.alpha * 1e6:.3g} us "
-           "(intra-node links, compute and the problem constants unchanged). The cross marks this environment.")
-if bhi <= blo or phi <= plo:
-    st.warning("The map needs a range of bandwidths and of p: move the right handles past the left ones.")
-    st.stop()
-try:
-    grid = _map(model, env_json, (float(blo), float(bhi)), (int(plo), int(phi)), eps, tuple(specs), items, source,
-                records)
-except cm.CommscopeError as e:
-    st.warning(f"Cannot compute the winner map: {e}")
-    st.stop()
-heat = winner_map_figure(grid, here=(env.bandwidth, p), title=f"fastest to eps = {eps:g}: {model}")
-st.plotly_chart(heat, width="stretch", key="tta_map")
-cells = grid.drop_duplicates(["bandwidth_Bps", "p"])["winner"].value_counts()
-st.caption("Cells won: " + ", ".join(f"{k} {v}" for k, v in cells.items()) + ".")
-d3, d4 = st.columns(2)
-d3.download_button("map data (CSV)", partial(grid.to_csv, index=False),
-                   file_name=f"tta_map_{model}.csv", mime="text/csv",
-                   key="tta_dl_map_csv")
-d4.download_button("map (HTML)", partial(heat.to_html, include_plotlyjs="cdn"), file_name=f"tta_map_{model}.html",
-                   mime="text/html", key="tta_dl_map_html")
+
+@st.fragment
+def winner_map(model: str, env_json: str, p: int, eps: float, specs: tuple[str, ...], items: tuple, source: str,
+               records: list | None) -> None:
+    """Who wins over bandwidth x p: a fragment, so that its ranges rerun only the map."""
+    env = cm.Environment.from_json(env_json)
+    st.subheader("Which technique wins")
+    st.caption(f"Over the inter-node bandwidth and p, at the environment's latency alpha = {env.alpha * 1e6:.3g} us "
+               "(intra-node links, compute and the problem constants unchanged). The cross marks this environment.")
+    c4, c5 = st.columns(2)
+    plo, phi = c4.select_slider("p range of the map", options=P_OPTIONS, value=(2, 256), key="tta_p_range")
+    blo, bhi = c5.select_slider("bandwidth range of the map", options=BW_OPTIONS, value=(8.0, 11.0),
+                                format_func=lambda e: format_bandwidth(10.0**e), key="tta_bw_range")
+    urlstate.publish(["tta_model", "tta_eps", "tta_p", "tta_techniques", "tta_p_range", "tta_bw_range", "tta_show",
+                      "tta_constants", *[f"tta_{k}" for k, _ in items]])
+    if bhi <= blo or phi <= plo:
+        st.warning("The map needs a range of bandwidths and of p: move the right handles past the left ones.")
+        return
+    try:
+        grid = _map(model, env_json, (float(blo), float(bhi)), (int(plo), int(phi)), eps, specs, items, source,
+                    records)
+    except cm.CommscopeError as e:
+        st.warning(f"Cannot compute the winner map: {e}")
+        return
+    heat = _heat(model, env_json, (float(blo), float(bhi)), (int(plo), int(phi)), eps, specs, items, source, p, grid)
+    st.plotly_chart(heat, width="stretch", key="tta_map")
+    cells = grid.drop_duplicates(["bandwidth_Bps", "p"])["winner"].value_counts()
+    st.caption("Cells won: " + ", ".join(f"{k} {v}" for k, v in cells.items()) + ".")
+    meta = {"what": f"fastest technique to eps = {eps:g} over bandwidth x p (commscope app, Time to accuracy)",
+            "model": model, "environment": f"{env.name}: {env.summary()} (bandwidth varied)"}
+    d3, d4 = st.columns(2)
+    d3.download_button("map data (CSV)", partial(exports.csv_with_header, grid, meta),
+                       file_name=exports.file_name(f"tta_map_{model}", "csv", env.name, (plo, phi)), mime="text/csv",
+                       key="tta_dl_map_csv")
+    d4.download_button("map (HTML, works offline)", partial(exports.offline_html, heat),
+                       file_name=exports.file_name(f"tta_map_{model}", "html", env.name, (plo, phi)),
+                       mime="text/html", key="tta_dl_map_html")
+
+
+winner_map(model, env_json, p, eps, tuple(specs), items, source, records)

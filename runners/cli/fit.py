@@ -1,9 +1,15 @@
 """``commscope fit``: fit an environment's alpha, beta (and gamma, and an intra-node link) to measured results.
 
     commscope fit RESULTS.jsonl... --primitive allreduce [--algorithm ring_allreduce|auto]
-                  [--min-size 64KiB] [--gamma auto|S_PER_BYTE] [--out env.json] [--record results.jsonl] [--json]
+                  [--min-size 64KiB] [--gamma auto|S_PER_BYTE] [--method one|two] [--out env.json]
+                  [--record results.jsonl] [--json]
 
-The fit comes first and the files are written last: a failing fit leaves ``--out`` and ``--record``
+``--method two`` is Hockney's two-regime fit (alpha from the sizes below 64 KiB, beta and gamma from 256 KiB; one
+fit over every size on a link whose token bucket the records name), what ``commscope validate`` runs.
+
+Plausibility guards (:mod:`runners.measure.fit.plausibility`) print one ``warning:`` line per number that looks
+wrong (faster than the link, RMS error above 15%, a confidence interval that includes zero); ``--json`` lists them
+under ``warnings``. The fit comes first and the files are written last: a failing fit leaves ``--out`` and ``--record``
 untouched; ``--out`` is replaced atomically. Bad lines of the inputs are reported on stderr
 (``file:line: reason``) and skipped.
 """
@@ -72,6 +78,9 @@ def fit_command(
     out: Annotated[Path | None, typer.Option(help="write the fitted environment JSON here (atomically)")] = None,
     record: Annotated[Path | None, typer.Option(help="append an environment record to this results file")] = None,
     name: Annotated[str | None, typer.Option(help="environment name [default: fitted:<file stems>]")] = None,
+    method: Annotated[str, typer.Option(
+        help="'one' least-squares fit over the sizes, or 'two' regimes (Hockney: alpha below 64 KiB, beta and "
+             "gamma from 256 KiB), as commscope validate fits")] = "one",
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """Fit alpha, beta (and gamma where identifiable) of a cost model to measured collective times."""
@@ -88,8 +97,17 @@ def fit_command(
     bad = [b for x in loaded.values() for b in x.bad]
     for b in bad:
         print(f"commscope: skipped {b}", file=sys.stderr)
-    res = fitting.fit(loaded, primitive, algorithm, min_bytes=min_size, gamma=gamma, name=name,
-                      statistic=statistic)
+    if method not in ("one", "two"):
+        raise UsageError(f"--method must be 'one' or 'two', got {method!r}")
+    if method == "two":
+        if min_size != "0" or gamma != "auto":
+            raise UsageError("--min-size and --gamma apply to --method one (two regimes choose the sizes of each "
+                             "parameter)")
+        res = fitting.fit_two_regimes(loaded, primitive, algorithm, statistic=statistic, name=name)
+    else:
+        res = fitting.fit(loaded, primitive, algorithm, min_bytes=min_size, gamma=gamma, name=name,
+                          statistic=statistic)
+    warnings = fitting.plausibility(res)  # the same guards as the app's and the predict commands'
     entry = res.record() if record is not None else None  # validated before anything is written
     written: dict[str, str] = {}
     if out is not None:
@@ -105,7 +123,7 @@ def fit_command(
             raise cm.CommscopeError(f"cannot append to {str(record)!r}: {exc.strerror or exc}") from None
         written["record"] = str(record)
     if as_json:
-        print(json.dumps({**res.to_dict(), "written": written}, indent=2, allow_nan=False))
+        print(json.dumps({**res.to_dict(), "warnings": warnings, "written": written}, indent=2, allow_nan=False))
         return
     from rich.markup import escape
     from rich.table import Table
@@ -145,8 +163,11 @@ def fit_command(
         out_console.print(rank)
         if res.verdict:
             out_console.print(escape(res.verdict))
+    for line in warnings:
+        out_console.print(escape(f"warning: {line}"), style="bold yellow")
     for note in res.notes:
-        out_console.print(escape(f"note: {note}"))
+        if not (warnings and note.startswith("implausible")):  # said by the warning above, with the numbers
+            out_console.print(escape(f"note: {note}"))
     if bad:
         out_console.print(f"note: {len(bad)} bad line(s) skipped (listed on stderr)")
     for what, path in written.items():

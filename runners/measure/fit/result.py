@@ -96,12 +96,18 @@ class FitResult:
     def records(self) -> int:
         return len(self.residuals)
 
+    @property
+    def bytes_range(self) -> list[int] | None:
+        """The smallest and largest message size (bytes) the fit saw; the plausibility guards warn beyond them."""
+        sizes = [int(r["bytes"]) for r in self.residuals]
+        return [min(sizes), max(sizes)] if sizes else None
+
     def metadata(self) -> dict[str, Any]:
         """Provenance and quality of the fit, as the fitted environment carries it (JSON-able)."""
         return _jsonable({
             "fitted_by": "commscope fit", "method": METHOD, "files": self.files, "records": self.records,
             "primitives": list(self.primitives), "algorithm": self.algorithm, "algorithms": dict(self.algorithms),
-            "min_bytes": self.min_bytes,
+            "min_bytes": self.min_bytes, "bytes_range": self.bytes_range,
             "parameters": {k: v.to_dict() for k, v in self.parameters.items()},
             "r2": self.r2, "r2_log": self.r2_log, "rms_rel_error": self.rms_rel_error,
             "median_rel_error": self.median_rel_error, "max_rel_error": self.max_rel_error, "aic": self.aic,
