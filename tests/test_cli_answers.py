@@ -183,3 +183,18 @@ def test_crossover_without_a_crossing_in_range_says_who_is_faster(capsys: pytest
 ])
 def test_crossover_errors_are_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     assert message in error(capsys, "crossover", *argv)
+
+
+def test_predict_warns_when_a_fitted_environment_is_used_far_from_its_data(capsys) -> None:
+    """Issue 19 item 3 in the CLI: the fit's plausibility guards, one ``commscope: warning:`` line each on stderr
+    (the table itself unchanged); a preset carries no fit and gives none."""
+    from pathlib import Path
+
+    fitted = Path(__file__).resolve().parents[1] / "runners/reference/validation/200mbit/environment.json"
+    for argv in (["predict", "collective", "-a", "ring_allreduce", "-p", "64", "-b", "1KiB", "-e", "1GiB"],
+                 ["predict", "iteration", "--model", "resnet50", "--schedule", "wfbp", "-p", "64"]):
+        assert main([*argv, "--env", str(fitted)]) == 0
+        err = capsys.readouterr().err
+        assert "commscope: warning: used at p = 64, 16x the largest p it was measured on (4)" in err, err
+        assert main([*argv, "--env", "10GbE"]) == 0
+        assert "warning" not in capsys.readouterr().err

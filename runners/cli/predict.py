@@ -5,6 +5,7 @@ to accuracy in :mod:`runners.cli.predict_convergence`)."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -41,6 +42,16 @@ COLLECTIVE_SORT = {"time": ("time_s", False), "vs-best": ("vs_best", False), "bu
 ITERATION_SORT = {"time": ("iteration_s", False), "vs-best": ("vs_best", False), "throughput": ("throughput", True),
                   "efficiency": ("efficiency", True), "p": ("p", False), "schedule": ("schedule", False)}
 OVERFLOW = "give smaller --alpha / --beta (seconds, seconds per byte) or sizes"
+
+
+def warn_implausible(environment: cm.Environment, *, sizes: Any = None, p: Any = None) -> None:
+    """The plausibility guards of a fitted environment (runners.measure.fit.plausibility: faster than its link,
+    a poor fit, a CI through zero, used far outside its sizes or p), one ``commscope: warning:`` line each on
+    stderr; an environment without a fit's metadata (a preset) has none."""
+    from runners.measure.fit.plausibility import plausibility
+
+    for line in plausibility(environment, sizes=sizes, p=p):
+        print(f"commscope: warning: {line}", file=sys.stderr)
 
 
 def predict_collective(
@@ -117,6 +128,7 @@ def predict_collective(
                                    channels=chosen["channels"][i])
                     rows.append(row)
     check_finite(rows, ("time_s",), lambda r: f"{r['algorithm']} at p = {r['p']}, {r['size']}", OVERFLOW)
+    warn_implausible(environment, sizes=sizes, p=p)
     add_vs_best(rows, "time_s", ("p", "bytes"))
     rows = sort_rows(rows, sort, COLLECTIVE_SORT)
     if as_csv:
@@ -192,6 +204,8 @@ def predict_iteration(
     check_finite(rows, ("iteration_s", "throughput", "speedup", "efficiency", "exposed_comm_s"),
                  lambda r: f"{r['schedule']}{' + ' + r['compressor'] if r['compressor'] else ''} at p = {r['p']}",
                  OVERFLOW)
+    warn_implausible(environment, sizes=[float(x.grad_bytes) for x in prof.layers if x.grad_bytes] or None,
+                     p=ranks)
     add_vs_best(rows, "iteration_s", ("p",))
     rows = sort_rows(rows, sort, ITERATION_SORT)
     if trace is not None:
