@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import costmodels as cm
+from app.text import md
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,5 +60,5 @@ def show(env: cm.Environment, sizes: Any = None, p: Any = None, where: Any = Non
 
     lines = warnings(env, sizes, p)
     for line in lines:
-        (where or st).warning(f"Fit **{env.name}**: {line}", icon=":material/warning:")
+        (where or st).warning(f"Fit **{md(env.name)}**: {md(line)}", icon=":material/warning:")
     return lines

@@ -19,6 +19,7 @@ from typing import Any
 
 import streamlit as st
 
+from app.text import md
 from runners import results
 
 MAX_MB = 20
@@ -105,7 +106,7 @@ def parse_uploads(files: Iterable[tuple[str, bytes]], max_bytes: int = MAX_BYTES
 
 def bad_lines_text(bad: list[results.BadLine], shown: int = SHOWN_BAD) -> str:
     """The warning text: the first ``shown`` bad lines as ``file:line: reason``, then how many more."""
-    lines = [f"{len(bad)} bad line(s) skipped:"] + [f"- `{b.file}:{b.line}`: {b.reason}" for b in bad[:shown]]
+    lines = [f"{len(bad)} bad line(s) skipped:"] + [f"- {md(b.file)}:{b.line}: {md(b.reason)}" for b in bad[:shown]]
     if len(bad) > shown:
         lines.append(f"- ... and {len(bad) - shown} more")
     return "\n".join(lines)
@@ -139,7 +140,7 @@ def results_uploader(key: str, label: str = "results files (JSON lines)") -> Upl
     up = _parse_cached(tuple(items))
     up = Uploads(dict(up.files), refused + list(up.refused), up.digest)
     for why in up.refused:
-        st.error(f"Refused {why}")
+        st.error(f"Refused {md(why)}")
     if up.bad:
         st.warning(bad_lines_text(up.bad))
     return up

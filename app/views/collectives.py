@@ -24,6 +24,7 @@ from app.data import (
 from app.data_uncertainty import ci_environments, ci_text, collective_band
 from app.figures import collective_figure
 from app.sidebar import choose, environment_picker, initial, library_select
+from app.text import md
 from app.uploads import published_records, reference_records, results_uploader
 from app.urlstate import Param
 
@@ -117,7 +118,7 @@ def _crossovers(algorithms: tuple[str, ...], p: int, env_json: str, hi: int, k: 
 urlstate.restore(URL)
 env = environment_picker()
 st.title("Collective algorithms")
-st.caption(f"Environment **{env.name}**: {env.summary()}")
+st.caption(f"Environment **{md(env.name)}**: {md(env.summary())}")
 if (problem := urlstate.problems()):
     st.warning(problem)
 

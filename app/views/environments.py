@@ -17,6 +17,7 @@ from app.cli_commands import fit_command
 from app.data_measured import FitTables, collective_summary, fit_tables, model_curves
 from app.figures_measured import fit_figure, residual_figure
 from app.sidebar import FITTED_KEY, choose, environment_picker
+from app.text import md
 from app.uploads import reference_records, results_uploader
 from app.urlstate import Param
 from costmodels.analysis import default_candidates
@@ -166,7 +167,7 @@ fitted = cm.Environment.from_json(result.environment_json)
 
 # ---------------------------------------------------------------------------------- parameters
 st.subheader("Fitted parameters")
-st.markdown(f"**{result.name}**: {result.summary}")
+st.markdown(f"**{md(result.name)}**: {md(result.summary)}")
 if result.verdict:
     st.caption(result.verdict)
 q = result.quality
@@ -179,7 +180,7 @@ st.dataframe(result.parameters, hide_index=True, width="stretch", key="envs_para
              column_config={c: st.column_config.NumberColumn(c, format="%.4g")
                             for c in ("value", "ci95_low", "ci95_high")})
 for line in result.warnings:  # the plausibility guards, each naming its number
-    st.warning(f"Fit **{result.name}**: {line}", icon=":material/warning:")
+    st.warning(f"Fit **{md(result.name)}**: {md(line)}", icon=":material/warning:")
 for note in result.notes:  # "implausible" notes are said by the guards above
     if not note.startswith("implausible"):
         st.caption(note)
@@ -245,6 +246,6 @@ with st.expander("equivalent CLI command (copy with the icon at its right)"):
     st.code(fit_command(files, primitives, algorithms, statistic, gamma, int(min_bytes), method, result.name),
             language="bash", wrap_lines=True)
 if st.session_state.get("envs_used") == result.name:
-    st.success(f"**{result.name}** is in the sidebar's fitted environments and selected there.")
+    st.success(f"**{md(result.name)}** is in the sidebar's fitted environments and selected there.")
 st.caption(f"Saved environments load with `cm.Environment.load(path)` and `commscope ... --env path`. Fitted: "
            f"{fitted.summary()}")

@@ -32,6 +32,7 @@ from app.data_iteration import breakdown as breakdown_table
 from app.data_uncertainty import ci_environments, ci_text, scaling_band
 from app.figures_iteration import METRIC_LABELS, breakdown_figure, gantt_figure, scaling_figure
 from app.sidebar import environment_picker, library_select
+from app.text import md
 from app.urlstate import Param
 from costmodels.schedules import COMPRESSIBLE
 
@@ -134,7 +135,7 @@ urlstate.restore(URL)
 env = environment_picker()
 env_json = env.to_json()
 st.title("Training iteration")
-st.caption(f"Environment **{env.name}**: {env.summary()}. Its {terms_text(env)}"
+st.caption(f"Environment **{md(env.name)}**: {md(env.summary())}. Its {terms_text(env)}"
            + ("." if env.has_terms else " (overlap is free; set them in the sidebar's custom environment)."))
 if (problem := urlstate.problems()):
     st.warning(problem)
@@ -158,7 +159,7 @@ if comp_name != "none":
 compressor = compressor_spec(comp_name, parameter)
 
 prof = load_model(model)
-st.caption(f"**{prof.name}** ({prof.origin}, {prof.device}, {prof.dtype}): {len(prof)} tensors, "
+st.caption(f"**{md(prof.name)}** ({md(prof.origin)}, {md(prof.device)}, {md(prof.dtype)}): {len(prof)} tensors, "
            f"{prof.params / 1e6:.3g} M parameters, {cm.format_size(prof.grad_bytes)} of gradients, "
            f"batch {prof.batch_size} per worker, forward + backward {prof.compute_s * 1e3:.4g} ms.")
 
