@@ -8,9 +8,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+_SPECIAL = re.compile(r"([\\`*_\[\]<>~$|])")  # what makes markup inline: links and images need "[", colours too
 
 
 def md(text: Any) -> str:
-    """``text`` with markdown's special characters backslash-escaped (newlines kept as spaces)."""
+    """``text`` with the characters that make inline markup backslash-escaped (newlines become spaces, so that no
+    line of it starts a heading or a list): a link, an image or a ``:red[...]`` directive needs ``[``, emphasis
+    ``*`` or ``_``, code a backtick, math ``$``, HTML ``<``, a table ``|``, strike-through ``~``."""
     return _SPECIAL.sub(r"\\\1", " ".join(str(text).splitlines()))

@@ -104,9 +104,15 @@ def parse_uploads(files: Iterable[tuple[str, bytes]], max_bytes: int = MAX_BYTES
     return out
 
 
+def _code(text: str) -> str:
+    """Text inside a markdown code span, where nothing but a backtick means anything."""
+    return str(text).replace("`", "'")
+
+
 def bad_lines_text(bad: list[results.BadLine], shown: int = SHOWN_BAD) -> str:
     """The warning text: the first ``shown`` bad lines as ``file:line: reason``, then how many more."""
-    lines = [f"{len(bad)} bad line(s) skipped:"] + [f"- {md(b.file)}:{b.line}: {md(b.reason)}" for b in bad[:shown]]
+    lines = [f"{len(bad)} bad line(s) skipped:"]
+    lines += [f"- `{_code(b.file)}:{b.line}`: {md(b.reason)}" for b in bad[:shown]]
     if len(bad) > shown:
         lines.append(f"- ... and {len(bad) - shown} more")
     return "\n".join(lines)

@@ -372,7 +372,7 @@ def test_environments_page_with_an_upload(environments: AppTest) -> None:
     warned = [w.value for w in environments.warning]
     assert all(w.startswith("Fit **") for w in warned) and any("RMS relative error 23.3% is above 15%" in w
                                                                for w in warned)
-    assert any("gamma's 95% confidence interval [0 ns/B" in w for w in warned)
+    assert any("gamma's 95% confidence interval \\[0 ns/B" in w for w in warned)
     environments.file_uploader(key="envs_upload").set_value(
         ("v.jsonl", VALIDATION.read_bytes(), "text/plain")).run()  # no collective records
     assert not environments.exception and any("No `collective` records" in w.value for w in environments.warning)
