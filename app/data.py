@@ -10,7 +10,7 @@ Collectives page: :func:`collective_curves` (registered algorithms), :func:`libr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import combinations
+from itertools import combinations, pairwise
 from typing import Any
 
 import numpy as np
@@ -141,7 +141,7 @@ def crossover_table(algorithms: Sequence[str], p: int, env: cm.Environment, n_ma
         sign = np.where(np.abs(d) <= EQUAL_RTOL * scale, 0, np.sign(d))  # equal up to rounding: no side
         sizes = []
         nonzero = np.nonzero(sign)[0]
-        for i, j in zip(nonzero[:-1], nonzero[1:], strict=True):
+        for i, j in pairwise(nonzero):
             if sign[i] == sign[j]:
                 continue
             if j == i + 1:  # a crossing between two grid sizes
