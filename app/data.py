@@ -10,7 +10,7 @@ Collectives page: :func:`collective_curves` (registered algorithms), :func:`libr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import combinations
+from itertools import combinations, pairwise
 from typing import Any
 
 import numpy as np
@@ -107,6 +107,9 @@ def band_table(sizes: np.ndarray, choice: cm.Choice) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=BAND_COLUMNS)
 
 
+EQUAL_RTOL = 1e-9  # two times closer than this (relative) are equal: rounding must not make crossovers
+
+
 def crossover_table(algorithms: Sequence[str], p: int, env: cm.Environment, n_max: float, n_min: float = 1.0,
                     params: dict[str, Any] | None = None) -> pd.DataFrame:
     """Crossover sizes of every pair of the chosen algorithms that implement the same primitive, in [n_min, n_max].
@@ -134,11 +137,19 @@ def crossover_table(algorithms: Sequence[str], p: int, env: cm.Environment, n_ma
         d = diff(grid) * np.ones(len(grid))
         if not np.isfinite(d).all():  # one of them is not defined at this p
             continue
-        sizes = [float(brentq(lambda x: float(diff(x)), grid[i], grid[i + 1], rtol=1e-9))
-                 for i in np.nonzero(np.sign(d[:-1]) * np.sign(d[1:]) < 0)[0]]
-        sizes = sorted(sizes + [float(x) for x in grid[d == 0]])
-        probe = float(diff(max(n_min, sizes[0] / 2) if sizes else n_min))
-        below = "equal" if probe == 0 else (a if probe < 0 else b)
+        scale = np.abs(np.asarray(ca.time(grid, p, env, out_of_domain="nan", **qa), dtype=float)) * np.ones(len(grid))
+        sign = np.where(np.abs(d) <= EQUAL_RTOL * scale, 0, np.sign(d))  # equal up to rounding: no side
+        sizes = []
+        nonzero = np.nonzero(sign)[0]
+        for i, j in pairwise(nonzero):
+            if sign[i] == sign[j]:
+                continue
+            if j == i + 1:  # a crossing between two grid sizes
+                sizes.append(float(brentq(lambda x: float(diff(x)), grid[i], grid[j], rtol=1e-9)))
+            else:  # equal over a stretch of sizes: the crossover is where they start being equal
+                sizes.append(float(grid[i + 1]))
+        first = nonzero[0] if len(nonzero) else None
+        below = "equal" if first is None else (a if sign[first] < 0 else b)
         for s in sizes or [None]:
             rows.append({"algorithm A": a, "algorithm B": b,
                          "crossover": "none in range" if s is None else cm.format_size(s),
