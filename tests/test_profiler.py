@@ -258,7 +258,7 @@ def test_cli_profile_writes_profile_and_record(capsys: pytest.CaptureFixture[str
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--model", "nope", "--batch-size", "2"], "unknown model 'nope'"),
-    (["--model", "mlp", "--batch-size", "0"], "--batch-size must be >= 1"),
+    (["--model", "mlp", "--batch-size", "0"], "--batch-size must be from 1 to 1,048,576 samples, got 0"),
     (["--model", "mlp", "--batch-size", "2", "--option", "depth=2"], "model mlp has no option depth"),
     (["--model", "mlp", "--batch-size", "2", "--device", "gpu"], "--device must be cpu, cuda or cuda:N"),
 ])

@@ -250,7 +250,7 @@ def test_every_shipped_profile(name: str) -> None:
     ({"H": 4}, "H is local_sgd's parameter"),
     ({"Lipschitz": 4}, "unknown constant 'Lipschitz'; the chosen bounds take Delta, L, sigma, zeta"),
     ({"sigma": float("inf")}, "constant sigma must be a finite number"),
-    ({"sigma": -1.0}, "sigma must be > 0, got -1.0"),
+    ({"sigma": -1.0}, "sigma must be finite and > 0, got -1.0"),
     ({"model": "resnet5"}, "unknown model profile 'resnet5'"),
     ({"env": "11GbE"}, "unknown environment preset '11GbE'"),
 ])
@@ -351,7 +351,7 @@ def test_cli_convergence_table_and_json(capsys: pytest.CaptureFixture[str]) -> N
     (["--bound", "dpsgd", "--gap", "0.5", "--topology", "ring"], "give --gap or --topology, not both"),
     (["--bound", "sgdx"], "unknown bound 'sgdx'"),
     (["--bound", "sgd", "--eps", "-1"], "--eps must be a finite number > 0"),
-    (["--bound", "sgd", "--L", "0"], "sgd: L must be > 0, got 0.0"),
+    (["--bound", "sgd", "--L", "0"], "--L: L must be finite and > 0, got 0.0"),
     (["--bound", "dpsgd", "--topology", "star"], "unknown topology 'star'"),
 ])
 def test_cli_convergence_bad_input(capsys: pytest.CaptureFixture[str], args: list[str], fragment: str) -> None:

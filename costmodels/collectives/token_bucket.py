@@ -36,17 +36,20 @@ from typing import Any
 import numpy as np
 
 
+def _terms(time: Any, steps: Any, wire_bytes: Any, beta: Any, burst_bytes: Any
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """T, S, W, B as arrays, and each step's idle time and bytes (module doc)."""
+    t, s, w, b = (np.asarray(x, dtype=np.float64) for x in (time, steps, wire_bytes, burst_bytes))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return t, s, w, b, (t - beta * w) / s, w / s
+
+
 def token_bucket_time(time: Any, steps: Any, wire_bytes: Any, beta: Any, burst_bytes: Any) -> np.ndarray:
     """``T - S min(idle, m beta, B beta)`` (module doc): ``time`` T of the unshaped model, ``steps`` S =
     dT/d alpha, ``wire_bytes`` W = dT/d beta, ``beta`` of the shaped link and its bucket ``burst_bytes`` B
     (0 where unshaped); all broadcast."""
-    t = np.asarray(time, dtype=np.float64)
-    s = np.asarray(steps, dtype=np.float64)
-    w = np.asarray(wire_bytes, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        idle = (t - beta * w) / s
-        per_step = w / s
-    hidden = np.minimum(np.minimum(idle, per_step * beta), np.asarray(burst_bytes, dtype=np.float64) * beta)
+    t, s, _, b, idle, per_step = _terms(time, steps, wire_bytes, beta, burst_bytes)
+    hidden = np.minimum(np.minimum(idle, per_step * beta), b * beta)
     return np.where(s > 0, t - s * np.maximum(hidden, 0.0), t)
 
 
@@ -54,13 +57,8 @@ def token_bucket_gradient(time: Any, steps: Any, wire_bytes: Any, beta: Any, bur
                           d_time: Any, is_beta: bool) -> np.ndarray:
     """d T_tb / d x from d T / d x (``d_time``) for one parameter x (``is_beta``: x is the shaped link's beta):
     minus S times the derivative of whichever of idle, m beta and B beta is the smallest (module doc)."""
-    t = np.asarray(time, dtype=np.float64)
-    s = np.asarray(steps, dtype=np.float64)
-    w = np.asarray(wire_bytes, dtype=np.float64)
-    b = np.asarray(burst_bytes, dtype=np.float64)
+    _, s, w, b, idle, per_step = _terms(time, steps, wire_bytes, beta, burst_bytes)
     with np.errstate(divide="ignore", invalid="ignore"):
-        idle = (t - beta * w) / s
-        per_step = w / s
         d_idle = (np.asarray(d_time, dtype=np.float64) - (w if is_beta else 0.0)) / s
     wire, bucket = per_step * beta, b * beta
     d_wire = per_step if is_beta else np.zeros_like(per_step)
