@@ -21,6 +21,7 @@ from typing import Any
 
 from ..environment import Environment
 from ..presets import PRESETS
+from . import published
 from .flops import model_flops_per_token
 from .iteration import ACHIEVED, evaluate
 from .plan import Plan, PlanArray
@@ -53,20 +54,11 @@ def row_plan(row: dict[str, Any], v: int = HEADLINE_V) -> Plan:
 
 
 @dataclass(frozen=True)
-class Comparison:
-    """One row: published TFLOPs per GPU, the prediction at v = :data:`HEADLINE_V`, and its range over v."""
+class Comparison(published.Comparison):
+    """One row (:class:`.published.Comparison`, at v = :data:`HEADLINE_V`), with the prediction's range over v."""
 
-    row: dict[str, Any]
-    published: float
-    predicted: float
-    low: float
-    high: float
-    result: PlanResult
-
-    @property
-    def error(self) -> float:
-        """(predicted - published) / published at the headline v."""
-        return (self.predicted - self.published) / self.published
+    low: float = float("nan")
+    high: float = float("nan")
 
 
 def compare(env: Environment | None = None, *, achieved: float = ACHIEVED) -> list[Comparison]:
@@ -83,6 +75,6 @@ def compare(env: Environment | None = None, *, achieved: float = ACHIEVED) -> li
             tokens = plan.global_batch * spec.seq_len
             tflops[v] = model_flops_per_token(spec) * tokens / (result.iteration_time * plan.gpus) / 1e12
             results[v] = result
-        out.append(Comparison(row, float(row["tflops_per_gpu"]), tflops[HEADLINE_V], min(tflops.values()),
-                              max(tflops.values()), results[HEADLINE_V]))
+        out.append(Comparison(row, float(row["tflops_per_gpu"]), tflops[HEADLINE_V], results[HEADLINE_V],
+                              low=min(tflops.values()), high=max(tflops.values())))
     return out

@@ -25,6 +25,7 @@ from typing import Any
 
 from runners import results
 from runners.measure.nccl_tests import BINARIES, OPS, TYPES
+from runners.measure.nccl_tests import Imported as TextImported
 
 from .common import ORIGIN, STRAGGLER_FACTOR, FormatError, number, stragglers
 
@@ -33,13 +34,9 @@ _BINARY = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(sorted(BINARIES, key=len, 
 
 
 @dataclass
-class Imported:
-    """The records, the rows skipped (``file: reason``), the ops, world size and straggler rows."""
+class Imported(TextImported):
+    """What the text import gives (records, rows skipped, ops, world size), and the straggler rows."""
 
-    records: list[dict[str, Any]] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    ops: list[str] = field(default_factory=list)
-    world_size: int = 0
     stragglers: list[dict[str, Any]] = field(default_factory=list)
 
 
