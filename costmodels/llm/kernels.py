@@ -58,14 +58,15 @@ def gemm_time(m: Any, n: Any, k: Any, peak: float, fraction: float, sms: int, ba
     return np.maximum(math, memory)
 
 
-def _mlp_shapes(spec: TransformerSpec, moe: bool) -> list[tuple[float, float, float]]:
-    """(tokens per token, k, n) of the MLP's GEMMs before the tp split of n (first) or k (second)."""
+def _mlp_shapes(spec: TransformerSpec, moe: bool) -> list[tuple[float, float, float, str]]:
+    """(rows per token, k, n, the dimension tp splits) of the MLP's GEMMs (Megatron: the first of the pair
+    column-parallel 'n', the second row-parallel 'k'; the router whole on every tp rank '')."""
     up = spec.mlp_matrices - 1  # the gated MLP runs gate and up as one GEMM of 2 ffn
     if not moe:
-        return [(1.0, spec.hidden, up * spec.ffn), (1.0, spec.ffn, spec.hidden)]
+        return [(1.0, spec.hidden, up * spec.ffn, "n"), (1.0, spec.ffn, spec.hidden, "k")]
     routed = float(spec.top_k + spec.shared_experts)  # the token copies through the experts, as one grouped GEMM
-    return [(1.0, spec.hidden, spec.experts), (routed, spec.hidden, up * spec.expert_ffn),
-            (routed, spec.expert_ffn, spec.hidden)]
+    return [(1.0, spec.hidden, spec.experts, ""), (routed, spec.hidden, up * spec.expert_ffn, "n"),
+            (routed, spec.expert_ffn, spec.hidden, "k")]
 
 
 def elementwise_bytes(spec: TransformerSpec, moe: bool, tp: Any, sp: Any, materialized: bool) -> Any:
@@ -101,9 +102,9 @@ def block_forward_time(spec: TransformerSpec, tokens: Any, seqs: Any, tp: Any, c
     h, b = spec.hidden, spec.bytes_per_value
     qkv = spec.attention_weights / h - h  # Q, K and V outputs per token: h + 2 kv (or the override's)
     t = gemm_time(tokens, qkv / tp, h, *args, value_bytes=b) + gemm_time(tokens, h, h / tp, *args, value_bytes=b)
-    for per_token, k, n in _mlp_shapes(spec, moe):
-        first = n != spec.hidden
-        t = t + gemm_time(tokens * per_token, n / tp if first else n, k if first else k / tp, *args, value_bytes=b)
+    for rows, k, n, split in _mlp_shapes(spec, moe):
+        t = t + gemm_time(tokens * rows, n / tp if split == "n" else n, k / tp if split == "k" else k, *args,
+                          value_bytes=b)
     dqk = spec.qk_head_dim or spec.head_dim
     dv = spec.v_head_dim or spec.head_dim
     heads = seqs * spec.heads / tp
