@@ -22,8 +22,8 @@ def test_table_transcribed_with_citation():
         assert abs(row["tflops_per_gpu"] * row["gpus"] / 1e3 - row["aggregate_pflops"]) < 0.01 * row["aggregate_pflops"]
 
 
-def _errors() -> tuple[np.ndarray, str]:
-    rows = published.compare()
+def _errors(**options) -> tuple[np.ndarray, str]:
+    rows = published.compare(**options)
     errors = np.array([c.error for c in rows])
     report = ", ".join(f"{c.row['params_B']}B {c.predicted:.0f} vs {c.published:.0f} ({c.error:+.1%})" for c in rows)
     return errors, report
@@ -37,11 +37,30 @@ def test_predicted_tflops_per_gpu_within_30_percent():
     assert np.all(np.abs(errors[:4]) <= 0.10), report
 
 
-@pytest.mark.xfail(strict=True, reason="median error 12.8% (goal 10%): the achieved fraction of peak is one constant "
-                   "(0.48), while Megatron's kernels reach more of the A100's peak as the hidden size grows (Section "
-                   "5.1); the pipeline rows (39B-1T) are under-predicted by 11-27%")
+@pytest.mark.xfail(strict=True, reason="median error 12.8% (goal 10%): the achieved fraction of peak is one "
+                   "constant (0.48), below what the pipeline rows need (the 1T row's published 163 TFLOP/s is 52% "
+                   "of peak, above 0.48 with any bubble and communication); the kernel model (achieved=None) has the "
+                   "right trend but its GEMM ceiling (CUDA 12.1, 2023) over-predicts the runs' 2020 software")
 def test_median_error_meets_goal():
     errors, report = _errors()
+    assert np.median(np.abs(errors)) <= GOAL, report
+
+
+def test_kernel_model_over_predicts_table1_evenly():
+    """With the kernel model (GEMMs by shape at the 2023 matmul ceiling, element-wise work by bytes) every row is
+    over-predicted by 10-30%, within 15 points of each other (the single fraction: -26.5% to +8.4%): the trend
+    over model size is right, the level is that of a newer software stack than the runs' (module docstring)."""
+    errors, report = _errors(achieved=None)
+    assert np.all((errors > 0.10) & (errors < 0.30)), report
+    assert errors.max() - errors.min() < 0.15, report
+    before, _ = _errors()
+    assert errors.max() - errors.min() < (before.max() - before.min()) / 2, report
+
+
+@pytest.mark.xfail(strict=True, reason="kernel model: median error 20.6% on Table 1, every row over-predicted (the "
+                   "GEMM ceiling is a CUDA 12.1 measurement; the runs used the PyTorch 20.12 container, CUDA 11.1)")
+def test_kernel_model_median_error_meets_goal():
+    errors, report = _errors(achieved=None)
     assert np.median(np.abs(errors)) <= GOAL, report
 
 
@@ -70,12 +89,24 @@ def test_llama3_rows_are_under_predicted_by_the_single_achieved_fraction():
         assert -0.40 <= c.error < 0.0 and c.high < c.published, report
 
 
-@pytest.mark.xfail(strict=True, reason="Llama 3 Table 4 under-predicted by 28-35% (v = 2): the achieved fraction of "
-                   "peak is one constant (0.48) where H100 kernels at hidden 16,384 reach far more; the wrong term "
-                   "of Table 1's pipeline rows")
+@pytest.mark.xfail(strict=True, reason="Llama 3 Table 4 under-predicted by 28-35% (v = 2) with the default single "
+                   "achieved fraction (0.48), where H100 GEMMs at hidden 16,384 reach about 0.8 of peak; the kernel "
+                   "model meets the goal (test_llama3_kernel_model_meets_goal)")
 def test_llama3_median_error_meets_goal():
     errors = np.array([c.error for c in published_llama3.compare()])
     assert np.median(np.abs(errors)) <= GOAL
+
+
+def test_llama3_kernel_model_meets_goal():
+    """With the kernel model (GEMMs by shape at the H100's measured matmul ceiling, FlashAttention fused, the
+    element-wise work by bytes; nothing fitted) the median error is within the goal, every row within 10% at
+    v = 2 and the published value inside the range over the unprinted virtual stages."""
+    rows = published_llama3.compare(achieved=None)
+    report = ", ".join(f"{c.row['gpus']} GPUs cp{c.row['cp']}: {c.predicted:.0f} [{c.low:.0f}-{c.high:.0f}] vs "
+                       f"{c.published:.0f} ({c.error:+.1%})" for c in rows)
+    errors = np.array([c.error for c in rows])
+    assert np.median(np.abs(errors)) <= GOAL and np.all(np.abs(errors) <= 0.10), report
+    assert all(c.low <= c.published <= c.high for c in rows), report
 
 
 def test_published_llm_records_are_in_sync_with_the_tables():

@@ -7,8 +7,11 @@ Per micro-batch, on the busiest pipeline stage (its L/p blocks and the logits, w
   peak that its kernels reach; :data:`ACHIEVED` = 0.48, the single-GPU end-to-end figure of the Megatron
   code (62.4 TFLOP/s of 125 on a V100 DGX-2H for a 1.2B GPT-2: 'MegatronLM's Supercharged V1.0',
   nv-adlr.github.io/MegatronLMV1, 2020), chosen because it is the only single-device figure of that code
-  base and was not measured on Narayanan et al.'s runs. Give ``compute_s`` (a measured forward+backward
-  time per micro-batch per stage) to replace the FLOP estimate.
+  base and was not measured on Narayanan et al.'s runs. With ``achieved=None`` on an A100 or H100, the kernel
+  model instead (:mod:`.kernels`: each GEMM by its shape, wave-quantized at the device's measured matmul
+  ceiling, or memory-bound; the element-wise work as bytes / HBM bandwidth; ``attention`` 'fused'
+  (FlashAttention) or 'materialized' (Megatron 2021: scores written to HBM)). Give ``compute_s`` (a
+  measured forward+backward time per micro-batch per stage) to replace either estimate.
 * **communication on the critical path** (not overlapped): tensor parallelism (Megatron without its
   communication-overlap options), expert all-to-all, pipeline sends (v per pass), and the part of each
   ring-attention step that its block of attention does not hide.
@@ -40,6 +43,7 @@ from ..errors import CommscopeError
 from .comm import GroupCost, communication
 from .flops import attention_core_flops, layer_flops, logits_flops, model_flops_per_token, recompute_flops_per_token
 from .groups import p2p_time
+from .kernels import GEMM_FRACTION, SMS, block_forward_time, logits_forward_time
 from .memory import Memory, memory
 from .pipeline import PIPELINE_SCHEDULES
 from .plan import RECOMPUTE, SCHEDULE_NAMES, PlanArray
@@ -47,6 +51,7 @@ from .specs import TransformerSpec
 
 ACHIEVED = 0.48
 BUCKET_BYTES = 25 * 2**20
+ATTENTION = ("fused", "materialized")
 
 
 @dataclass(frozen=True)
@@ -58,14 +63,18 @@ class Device:
     memory: float
     hbm_bandwidth: float
     source: str
+    sms: int = 0
+    gemm_fraction: float = 0.0
 
 
 DEVICES = {
     70: Device("V100-SXM2-32GB", 125e12, 32 * 2**30, 900e9, "NVIDIA V100 datasheet: 125 TFLOPS tensor, 900 GB/s"),
     80: Device("A100-SXM4-80GB", 312e12, 80 * 2**30, 2039e9,
-               "NVIDIA A100 datasheet: 312 TFLOPS BF16/FP16 dense, 80 GB HBM2e at 2,039 GB/s"),
+               "NVIDIA A100 datasheet: 312 TFLOPS BF16/FP16 dense, 80 GB HBM2e at 2,039 GB/s",
+               SMS[80], GEMM_FRACTION[80]),
     90: Device("H100-SXM5-80GB", 989e12, 80 * 2**30, 3350e9,
-               "NVIDIA H100 datasheet: 989 TFLOPS BF16 dense (1,979 with sparsity), 80 GB HBM3 at 3.35 TB/s"),
+               "NVIDIA H100 datasheet: 989 TFLOPS BF16 dense (1,979 with sparsity), 80 GB HBM3 at 3.35 TB/s",
+               SMS[90], GEMM_FRACTION[90]),
 }
 
 
@@ -99,30 +108,50 @@ class Evaluation:
     tokens_per_s: np.ndarray
     memory: Memory
     groups: dict[str, list[GroupCost]]
-    achieved: float
+    achieved: np.ndarray
 
     @property
     def fits(self) -> np.ndarray:
         return self.memory.total <= self.device.memory
 
 
-def evaluate(spec: TransformerSpec, plans: PlanArray, env: Environment, *, achieved: float = ACHIEVED,
+def evaluate(spec: TransformerSpec, plans: PlanArray, env: Environment, *, achieved: float | None = ACHIEVED,
              device: Device | None = None, compute_s: Any = None, overlap_grad_reduce: Any = True,
-             grad_bytes: int | None = None) -> Evaluation:
+             grad_bytes: int | None = None, attention: str = "fused") -> Evaluation:
     """Evaluate every plan of ``plans`` (see the module docstring)."""
-    if not 0 < achieved <= 1:
+    if achieved is not None and not 0 < achieved <= 1:
         raise CommscopeError(f"achieved must be in (0, 1], got {achieved!r}")
+    if attention not in ATTENTION:
+        raise CommscopeError(f"attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
     dev = device_of(env, device)
-    rate = dev.peak_flops * achieved
+    kernel = achieved is None and dev.gemm_fraction > 0
+    rate = dev.peak_flops * (dev.gemm_fraction if kernel else achieved or ACHIEVED)
     tp, cp, pp, v = (x.astype(np.float64) for x in (plans.tp, plans.cp, plans.pp, plans.v))
     tokens = plans.micro_batch * spec.seq_len / (tp * cp)  # tokens' share of one GPU per micro-batch
     blocks_f = (spec.dense_layers * layer_flops(spec) + spec.moe_layers * layer_flops(spec, moe=True)) / pp
     fwd = tokens * (blocks_f + logits_flops(spec))
     full = plans.recompute == RECOMPUTE.index("full")
     selective = plans.recompute == RECOMPUTE.index("selective")
-    redo = tokens * np.where(full, blocks_f, np.where(selective, spec.layers * attention_core_flops(spec) / pp, 0.0))
+    if kernel:
+        hw = (dev.peak_flops, dev.gemm_fraction, dev.sms, dev.hbm_bandwidth)
+        seqs = plans.micro_batch.astype(np.float64)
+        opts = {"materialized": attention == "materialized"}
+        dense, core = block_forward_time(spec, seqs * spec.seq_len / cp, seqs, tp, cp, plans.sp, *hw, **opts)
+        blocks_t = spec.dense_layers * dense
+        if spec.moe_layers:
+            blocks_t = blocks_t + spec.moe_layers * block_forward_time(spec, seqs * spec.seq_len / cp, seqs, tp, cp,
+                                                                       plans.sp, *hw, moe=True, **opts)[0]
+        blocks_t = blocks_t / pp
+        f_time = blocks_t + logits_forward_time(spec, seqs * spec.seq_len / cp, tp, *hw)
+        r_time = np.where(full, blocks_t, np.where(selective, spec.layers * core / pp, 0.0))
+        effective = fwd / (f_time * dev.peak_flops)
+    else:
+        redo = tokens * np.where(full, blocks_f,
+                                 np.where(selective, spec.layers * attention_core_flops(spec) / pp, 0.0))
+        f_time, r_time = fwd / rate, redo / rate
+        effective = np.full(len(plans), rate / dev.peak_flops)
     if compute_s is None:
-        c_f, c_b, c_w = fwd / rate, (2 * fwd + redo) / rate, fwd / rate
+        c_f, c_b, c_w = f_time, 2 * f_time + r_time, f_time
     else:
         total = np.asarray(compute_s, dtype=np.float64)
         c_f, c_b, c_w = total / 3, 2 * total / 3, total / 3
@@ -182,7 +211,7 @@ def evaluate(spec: TransformerSpec, plans: PlanArray, env: Environment, *, achie
     return Evaluation(spec=spec, plans=plans, device=dev, time=time, compute=m * (c_f + c_b), bubble=bubble,
                       exposed=exposed, t_f=t_f, t_b=t_b, t_w=c_w, t_p2p=t_p2p, optimizer=optimizer,
                       mfu=model / (time * gpus * dev.peak_flops), tflops=hardware / (time * gpus) / 1e12,
-                      tokens_per_s=n_tokens / time, memory=mem, groups=groups, achieved=achieved)
+                      tokens_per_s=n_tokens / time, memory=mem, groups=groups, achieved=effective)
 
 
 def pipeline_p2p(env: Environment, nbytes: float, pp: int, stride: int) -> float:

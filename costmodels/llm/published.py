@@ -7,7 +7,9 @@ which overlaps the gradient all-reduce with the backward, or Megatron's 2021 'lo
 The prediction runs the plan on the ``8xA100-NVLink+IB-HDR`` preset (Selene's DGX A100 nodes) and converts
 its iteration time to TFLOP/s per GPU with the paper's own eq. (3) (:func:`.flops.narayanan_eq3`), as the
 table does. Nothing here is fitted to the table: the achieved fraction of peak is the default
-(:data:`.iteration.ACHIEVED`, from an independent source).
+(:data:`.iteration.ACHIEVED`, from an independent source); ``compare(achieved=None)`` prices compute with the
+kernel model (:mod:`.kernels`) and the attention of the 2021 code (scores materialized in HBM: Megatron's
+baddbmm and fused scale-mask-softmax).
 """
 
 from __future__ import annotations
@@ -67,14 +69,14 @@ class Comparison:
         return (self.predicted - self.published) / self.published
 
 
-def compare(env: Environment | None = None, *, achieved: float = ACHIEVED, **options: Any) -> list[Comparison]:
+def compare(env: Environment | None = None, *, achieved: float | None = ACHIEVED, **options: Any) -> list[Comparison]:
     """Every row of the table predicted (on Selene's preset unless ``env`` is given)."""
     e = env if env is not None else PRESETS.get(table()["environment"])
     out = []
     for row in table()["rows"]:
         spec, plan = row_spec(row), row_plan(row)
         ev = evaluate(spec, PlanArray.of([plan]), e, achieved=achieved, overlap_grad_reduce=row["ddp"] == "torch",
-                      **options)
+                      attention="materialized", **options)
         result = result_of(ev, 0, e)
         flops = narayanan_eq3(plan.global_batch, spec.seq_len, spec.layers, spec.hidden, spec.vocab)
         predicted = flops / (result.iteration_time * plan.gpus) / 1e12

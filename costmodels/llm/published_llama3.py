@@ -61,7 +61,7 @@ class Comparison(published.Comparison):
     high: float = float("nan")
 
 
-def compare(env: Environment | None = None, *, achieved: float = ACHIEVED) -> list[Comparison]:
+def compare(env: Environment | None = None, *, achieved: float | None = ACHIEVED) -> list[Comparison]:
     """Every row of Table 4 predicted (on the H100 preset unless ``env`` is given)."""
     e = env if env is not None else PRESETS.get(table()["environment"])
     out = []
