@@ -133,7 +133,12 @@ def test_plan_llm_device_memory_limits_the_plans(capsys: pytest.CaptureFixture[s
     (("predict", "llm", *GPT, "--tp", "8", "--dp", "3"), "= 24, not --gpus 1024"),
     (("predict", "llm", *GPT, "--tp", "16"), "tp (16) must fit in a node (8 GPUs)"),
     (("predict", "llm", *GPT, "--tp", "x"), "'--tp'"),
-    (("predict", "llm", *GPT, "--achieved", "1.5"), "--achieved must be in (0, 1]"),
+    (("predict", "llm", *GPT, "--achieved", "1.5"), "--achieved must be a number in (0, 1] or 'kernel', got '1.5'"),
+    (("predict", "llm", *GPT, "--achieved", "nan"), "--achieved must be a number in (0, 1] or 'kernel'"),
+    (("predict", "llm", *GPT, "--achieved", "kernels"), "got 'kernels'"),
+    (("predict", "llm", *GPT, "--achieved", "kernel", "--attention", "flash"),
+     "--attention must be one of fused, materialized, got 'flash'"),
+    (("predict", "llm", *GPT, "--attention", "materialized"), "--attention applies to --achieved kernel only"),
     (("predict", "llm", *GPT, "--micro-batch", "0"), "--micro-batch must be a positive integer, got 0"),
     (("plan", "llm", "--model", "gpt3-175b", "--gpus", "8", "--device-memory", "10GiB", "--no-switch"),
      "no plan of gpt3-175b on 8 GPUs fits in 10.0 GiB"),
@@ -148,6 +153,26 @@ def test_bad_input_is_one_error_line(capsys: pytest.CaptureFixture[str], argv: t
     assert len(lines) == 1 and lines[0].startswith("commscope: error: "), err
     assert needle in lines[0]
     assert "Traceback" not in err
+
+
+def test_kernel_model_from_the_command_line_is_the_api_s(capsys: pytest.CaptureFixture[str]) -> None:
+    """--achieved kernel [--attention materialized] prices the plan as costmodels.llm.plan(achieved=None) does, and
+    differs from the fixed fraction (GPT-3 175B tp8 pp16 on 1,024 H100s)."""
+    from costmodels.llm import llm, plan
+
+    argv = ("predict", "llm", *GPT, "--tp", "8", "--pp", "16", "--json")
+    fixed = json.loads(run_ok(capsys, *argv))
+    for attention in ("fused", "materialized"):
+        got = json.loads(run_ok(capsys, *argv, "--achieved", "kernel", "--attention", attention))
+        want = plan(llm("gpt3-175b"), 1024, cm.environment("8xH100-NVLink+IB-NDR"), tp=8, pp=16, achieved=None,
+                    attention=attention)
+        assert got["iteration_time_s"] == pytest.approx(want.iteration_time, rel=1e-12)
+        assert got["iteration_time_s"] != pytest.approx(fixed["iteration_time_s"], rel=1e-3)
+    out = run_ok(capsys, "predict", "llm", *GPT, "--tp", "8", "--pp", "16", "--achieved", "kernel")
+    assert "kernels by shape (kernel model)" in out
+    ranked = json.loads(run_ok(capsys, "plan", "llm", *GPT, "--achieved", "kernel", "--no-switch", "--top", "3",
+                               "--json"))
+    assert len(ranked["plans"]) == 3
 
 
 def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,9 +2,9 @@
 
     commscope predict llm --model gpt3-175b --gpus 1024 --env 8xH100-NVLink+IB-NDR [--tp 8 --pp 16 --dp N
                           --cp 1 --ep 1 --sp --zero 1 --schedule 1f1b --v 1 --micro-batch 1 --global-batch 1536
-                          --recompute none --achieved 0.48] [--trace pipeline.json] [--json]
+                          --recompute none --achieved 0.48|kernel [--attention fused]] [--trace pipeline.json] [--json]
     commscope plan llm --model gpt3-175b --gpus 1024 --env 8xH100-NVLink+IB-NDR [--device-memory 80GiB]
-                       [--top 10] [--global-batch N] [--achieved 0.48] [--no-switch] [--json | --csv]
+                       [--top 10] [--global-batch N] [--achieved 0.48|kernel] [--no-switch] [--json | --csv]
 
 ``predict llm`` prints one plan's iteration time, MFU, tokens/s, memory per GPU (OOM flagged), each group's
 collectives (bytes, the library's algorithm/protocol, time, exposed), the bubble and the three-layer
@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,7 +37,13 @@ ModelOpt = Annotated[str, typer.Option("--model", "-m", help="transformer spec: 
 GpusOpt = Annotated[int, typer.Option("--gpus", help="number of GPUs")]
 EnvOpt = Annotated[str, typer.Option("--env", help="two-level preset (e.g. 8xH100-NVLink+IB-NDR) or environment "
                                                    "JSON file")]
-AchievedOpt = Annotated[float, typer.Option("--achieved", help="achieved fraction of the device's peak FLOP/s")]
+AchievedOpt = Annotated[str, typer.Option(
+    "--achieved", help="compute: a fraction of the device's peak FLOP/s in (0, 1], or 'kernel' for the kernel model "
+                       "(each GEMM by its shape at the device's measured matmul ceiling, element-wise work at HBM "
+                       "bandwidth; A100 and H100)")]
+AttentionOpt = Annotated[str, typer.Option(
+    "--attention", help="with --achieved kernel: 'fused' (FlashAttention) or 'materialized' (scores written to "
+                        "memory, as Megatron-LM in 2021)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
@@ -61,9 +68,24 @@ def _positive(value: int | None, flag: str) -> None:
         raise UsageError(f"{flag} must be a positive integer, got {value}")
 
 
-def _check_achieved(achieved: float) -> None:
-    if not 0 < achieved <= 1:
-        raise UsageError(f"--achieved must be in (0, 1], got {achieved!r}")
+def _compute_options(achieved: str, attention: str) -> dict[str, Any]:
+    """--achieved and --attention as :func:`costmodels.llm.iteration.evaluate` takes them: ``achieved`` a
+    fraction, or None for the kernel model."""
+    from costmodels.llm.iteration import ATTENTION
+
+    if attention not in ATTENTION:
+        raise UsageError(f"--attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
+    if achieved.strip().lower() == "kernel":
+        return {"achieved": None, "attention": attention}
+    try:
+        value = float(achieved)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise UsageError(f"--achieved must be a number in (0, 1] or 'kernel', got {achieved!r}")
+    if attention != "fused":
+        raise UsageError("--attention applies to --achieved kernel only")
+    return {"achieved": value}
 
 
 def _fmt_bytes(n: float) -> str:
@@ -97,7 +119,8 @@ def predict_llm(
         "--global-batch", help="sequences per iteration [default: the spec's]")] = None,
     recompute: Annotated[str, typer.Option("--recompute", help="activation recomputation: none, selective, full")
                          ] = "none",
-    achieved: AchievedOpt = 0.48,
+    achieved: AchievedOpt = "0.48",
+    attention: AttentionOpt = "fused",
     trace: Annotated[Path | None, typer.Option(help="write the pipeline timeline as a Chrome/Perfetto trace")
                      ] = None,
     as_json: JsonOpt = False,
@@ -117,7 +140,7 @@ def predict_llm(
         raise UsageError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
     if recompute not in RECOMPUTE:
         raise UsageError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
-    _check_achieved(achieved)
+    compute = _compute_options(achieved, attention)
     if dp is None and gpus % (tp * cp * pp):
         raise UsageError(f"--gpus {gpus} must be a multiple of --tp x --cp x --pp ({tp * cp * pp})")
     if dp is not None and dp * tp * cp * pp != gpus:
@@ -125,18 +148,18 @@ def predict_llm(
     if trace is not None:
         check_writable(trace, "the trace")
     r = plan(spec, gpus, environment, tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, sp=sp, zero=zero, schedule=schedule, v=v,
-             micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, achieved=achieved)
-    a = attribute(r, achieved=achieved)
+             micro_batch=micro_batch, global_batch=global_batch, recompute=recompute, **compute)
+    a = attribute(r, **compute)
     if trace is not None:
         r.timeline().save_chrome_trace(trace, process=f"commscope {spec.name} {r.plan.label()}")
     if as_json:
         print(json.dumps({**r.to_dict(), "bubble_fraction": r.bubble_fraction,
                           "attribution": attribution_dict(a)}, indent=2, allow_nan=False))
         return
-    _print_prediction(r, a)
+    _print_prediction(r, a, kernel=compute["achieved"] is None)
 
 
-def _print_prediction(r: Any, a: Any) -> None:
+def _print_prediction(r: Any, a: Any, kernel: bool = False) -> None:
     from rich.table import Table
 
     out = console()
@@ -162,7 +185,8 @@ def _print_prediction(r: Any, a: Any) -> None:
     out.print(table)
     s = a.shares()
     att = Table("layer", "seconds", "share", "meaning", title="three-layer attribution")
-    att.add_row("compute", f"{a.compute:.3f}", f"{s['compute']:.1%}", "FLOPs at the achieved rate")
+    att.add_row("compute", f"{a.compute:.3f}", f"{s['compute']:.1%}", "kernels by shape (kernel model)" if kernel else
+                "FLOPs at the achieved rate")
     att.add_row("strategy", f"{a.strategy:.3f}", f"{s['strategy']:.1%}", "exposed communication + bubble")
     att.add_row("library", f"{a.library:.3f}", f"{s['library']:.1%}",
                 "the library's choice vs the cheapest registered algorithm (negative: the library wins)")
@@ -179,7 +203,8 @@ def plan_llm(
     top: Annotated[int, typer.Option("--top", help="plans to show")] = 10,
     global_batch: Annotated[int | None, typer.Option(
         "--global-batch", help="sequences per iteration [default: the spec's]")] = None,
-    achieved: AchievedOpt = 0.48,
+    achieved: AchievedOpt = "0.48",
+    attention: AttentionOpt = "fused",
     switch: Annotated[bool, typer.Option("--switch/--no-switch",
                                          help="scan the inter-node bandwidth for where the best plan changes")] = True,
     as_json: JsonOpt = False,
@@ -193,7 +218,7 @@ def plan_llm(
     _positive(gpus, "--gpus")
     _positive(top, "--top")
     _positive(global_batch, "--global-batch")
-    _check_achieved(achieved)
+    compute = _compute_options(achieved, attention)
     if as_json and as_csv:
         raise UsageError("give --json or --csv, not both")
     limit = None
@@ -204,7 +229,7 @@ def plan_llm(
             raise UsageError(f"--device-memory: {exc}") from None
         if limit <= 0:
             raise UsageError(f"--device-memory must be positive, got {device_memory!r}")
-    found = search(spec, gpus, environment, device_memory=limit, global_batch=global_batch, achieved=achieved)
+    found = search(spec, gpus, environment, device_memory=limit, global_batch=global_batch, **compute)
     if len(found.order) == 0:
         raise UsageError(f"no plan of {spec.name} on {gpus} GPUs fits in {found.device_memory / GIB:.1f} GiB per "
                          "GPU; give more --gpus or --device-memory")
@@ -213,7 +238,7 @@ def plan_llm(
     switches = None
     if switch:
         sw = switch_points(spec, gpus, environment, device_memory=found.device_memory, global_batch=global_batch,
-                           achieved=achieved)
+                           **compute)
         switches = [{"bandwidth_Bps": bw, "from": before, "to": after} for bw, before, after in sw.switches]
     if as_csv:
         buf = io.StringIO()
