@@ -148,6 +148,23 @@ class FamilyBound(GradientNormBound):
             steps.append(g)
         return np.concatenate(steps), np.concatenate(values)
 
+    def _shape_exprs(self) -> tuple[sp.Expr, ...]:
+        return tuple(e for f in self.families for e in (f.variance, f.disagreement, f.step_max))
+
+    def _coefficients(self, vals: list[np.ndarray], shape: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+        """A, C, gamma_max, 2 Delta and validity of every member, stacked as in :meth:`_members`."""
+        t, out = np.ones(shape), []
+        for (var_f, dis_f, max_f), valid_f, grid in self._family_fns:
+            m = len(grid[0]) if grid else 1
+            ws = [w.reshape((m,) + (1,) * len(shape)) for w in grid]
+            full = (m, *shape)
+            parts = [np.broadcast_to(np.asarray(f(t, *vals, *ws), dtype=np.float64), full)
+                     for f in (var_f, dis_f, max_f)]
+            parts.append(np.broadcast_to(2 * vals[self._index("Delta")], full))
+            parts.append(np.broadcast_to(np.asarray(valid_f(*vals), dtype=bool), full))
+            out.append(parts)
+        return tuple(np.concatenate(x) for x in zip(*out, strict=True))
+
     def _best(self, t: np.ndarray, vals: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         g, b = self._members(t, vals)
         i = np.argmin(b, axis=0)[None]
