@@ -119,7 +119,7 @@ if ranked is None or ranked["table"].empty:
 
 # the bandwidth scan re-plans 17 bandwidths (0.3-0.5 s cold): on request, and last (its answer and list fill
 # their places when the rest of the page, plots included, is drawn)
-scan = st.checkbox("find the inter-node bandwidths where the best plan changes (a scan of a few seconds)",
+scan = st.checkbox("find the inter-node bandwidths where the best plan changes (a scan of about a second)",
                    key="llm_scan")
 answer_slot = st.empty()
 answer_slot.success(answer(model, gpus, env_name, ranked["table"], None))

@@ -4,7 +4,10 @@ Every collective is priced by the environment's library (:func:`costmodels.choos
 plans) on the view of the environment that its group sees (:mod:`.groups`); point-to-point messages by
 :func:`.groups.p2p_time`. Sizes follow the library's conventions (:data:`costmodels.PRIMITIVES`: n is the
 whole buffer of an allreduce, reduce-scatter or all-gather; for all-to-all what each rank sends). Counts
-are per micro-batch on the busiest pipeline stage (L/pp blocks), or per iteration for gradients.
+are per micro-batch on the busiest pipeline stage (L/pp blocks), or per iteration for gradients. The
+planner's tens of thousands of plans share a few dozen messages per collective (size, group size, stride):
+each distinct one is priced once and its price spread over the plans (:func:`distinct`; the same numbers as
+pricing every plan, which ``DEDUP = False`` does).
 
 * **tp** (Shoeybi et al. 2019, Section 3; Narayanan et al. 2021, Section 3.2): per block 2 allreduces of
   b s h values in the forward pass and 2 in the backward, 2 more in a fully recomputed forward; with
