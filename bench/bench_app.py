@@ -46,6 +46,10 @@ def _large_iteration(at) -> None:
     at.number_input(key="iter_p").set_value(4096)
 
 
+def _large_llm(at) -> None:
+    at.number_input(key="llm_gpus").set_value(768)  # 87,831 valid plans, the most of the GPU counts up to 8192
+
+
 def _large_tta(at) -> None:
     at.number_input(key="tta_p").set_value(4096)
     at.select_slider(key="tta_p_range").set_value((2, 2048))
@@ -61,6 +65,8 @@ CASES: list[tuple[str, str, Callable | None]] = [
     ("convergence", "views/convergence.py", None),
     ("time to accuracy", "views/time_to_accuracy.py", None),
     ("time to accuracy, p = 4096, map to 2048", "views/time_to_accuracy.py", _large_tta),
+    ("large models", "views/large_models.py", None),
+    ("large models, 768 GPUs (87,831 plans)", "views/large_models.py", _large_llm),
     ("predicted vs measured", "views/measured.py", None),
     ("predicted vs measured, published", "views/measured.py", _published_measured),
     ("environments", "views/environments.py", None),

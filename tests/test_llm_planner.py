@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -104,3 +105,38 @@ def test_attribution_and_switch():
     assert set(a.shares()) == {"compute", "strategy", "library", "network"}
     sw = switch_points(cm.llm("llama3-8b"), 16, A100, factors=[1 / 16, 1, 16])
     assert len(sw.best) == 3 and np.all(np.diff(sw.times) <= 1e-12)
+
+
+@pytest.mark.parametrize(("model", "gpus", "env"), [("gpt3-175b", 768, "8xH100-NVLink+IB-NDR"),
+                                                    ("mixtral-8x7b", 64, "8xA100-NVLink+IB-HDR"),
+                                                    ("llama3-8b", 16, "8xV100-NVLink+100GbE-sockets")])
+def test_distinct_messages_priced_once_agree_with_every_plan_priced(monkeypatch, model, gpus, env):
+    """The planner prices each distinct (message, group size, stride) once and spreads it over the plans
+    (comm.DEDUP): every array of the evaluation is bit-identical to pricing every plan (DEDUP off)."""
+    comm = sys.modules["costmodels.llm.comm"]
+    spec, e = cm.llm(model), cm.environment(env)
+    plans = enumerate_plans(spec, gpus, e)
+    assert comm.distinct(*(np.asarray(a) for a in (plans.micro_batch * 1.0, plans.tp, plans.stride("tp")))) is not None
+    fast = evaluate(spec, plans, e)
+    monkeypatch.setattr(comm, "DEDUP", False)
+    slow = evaluate(spec, plans, e)
+    for name in ("time", "compute", "bubble", "t_f", "t_b", "t_p2p", "optimizer", "mfu", "tokens_per_s"):
+        assert np.array_equal(getattr(fast, name), getattr(slow, name)), name
+    assert all(np.array_equal(fast.exposed[k], slow.exposed[k]) for k in slow.exposed)
+    for group in slow.groups:
+        for a, b in zip(fast.groups[group], slow.groups[group], strict=True):
+            for name in ("nbytes", "calls", "time", "algorithm", "protocol", "ranks", "volume"):
+                x, y = np.asarray(getattr(a, name)), np.asarray(getattr(b, name))
+                assert x.dtype == y.dtype and np.array_equal(x, y), (group, a.primitive, name)
+
+
+def test_distinct_keys():
+    comm = sys.modules["costmodels.llm.comm"]
+    n = np.array([1.0, 2.0, 1.0, 1.0] * 20)
+    k = np.array([2, 2, 2, 4] * 20)
+    s = np.array([1, 1, 1, 1] * 20)
+    first, inverse = comm.distinct(n, k, s)
+    assert len(first) == 3  # (1, 2, 1), (2, 2, 1), (1, 4, 1)
+    assert np.array_equal(n[first][inverse], n) and np.array_equal(k[first][inverse], k)
+    assert comm.distinct(n[:8], k[:8], s[:8]) is None  # too few to pay
+    assert comm.distinct(np.arange(80.0), k, s) is None  # nearly all distinct

@@ -48,7 +48,7 @@ def _ranked(model: str, gpus: int, env: str, memory_gib: float | None, top: int)
         return None, str(exc)
 
 
-@st.cache_data(show_spinner="scanning the inter-node bandwidth ...", max_entries=64)
+@st.cache_data(show_spinner=False, max_entries=64)
 def _switches(model: str, gpus: int, env: str, device_memory: float):
     return best_plan_switches(model, gpus, env, device_memory)
 
@@ -117,11 +117,12 @@ if ranked is None or ranked["table"].empty:
     st.warning(error or f"no plan of {model} on {gpus} GPUs fits in {memory_gib:g} GiB per GPU")
     st.stop()
 
-# the bandwidth scan re-plans 40 bandwidths (2-8 s cold): on request, so that the page answers at once
-scan = st.checkbox("find the inter-node bandwidths where the best plan changes (a scan of a few seconds)",
+# the bandwidth scan re-plans 17 bandwidths (0.3-0.5 s cold): on request, and last (its answer and list fill
+# their places when the rest of the page, plots included, is drawn)
+scan = st.checkbox("find the inter-node bandwidths where the best plan changes (a scan of about a second)",
                    key="llm_scan")
-switches = _switches(model, gpus, env_name, ranked["device_memory"]) if scan else None
-st.success(answer(model, gpus, env_name, ranked["table"], switches))
+answer_slot = st.empty()
+answer_slot.success(answer(model, gpus, env_name, ranked["table"], None))
 
 # ------------------------------------------------------------------------------------ ranked plans
 st.subheader("Ranked plans")
@@ -144,10 +145,9 @@ st.download_button("ranked plans (CSV)", partial(exports.csv_with_header, table,
                    key="llm_dl_plans")
 with st.expander("equivalent CLI command (copy with the icon at its right)"):
     st.code(llm_command(model, gpus, env_name, memory_gib, top), language="bash", wrap_lines=True)
-if switches:
-    st.markdown("**What would change the best plan** (inter-node bandwidth per NIC scaled 1/16x to 16x, now "
-                f"{1 / env.beta / 1e9:.3g} GB/s):\n"
-                + "\n".join(f"- from {s['bandwidth_Bps'] / 1e9:.3g} GB/s: {s['to']}" for s in switches))
+switch_slot = st.empty()
+if scan:
+    switch_slot.caption("scanning the inter-node bandwidth ...")
 st.plotly_chart(_memory_figure(args), width="stretch", key="llm_memory_fig")
 
 # ------------------------------------------------------------------------------------ one plan
@@ -183,3 +183,14 @@ p2.dataframe(published.assign(error=published["error"] * 100), hide_index=True, 
              column_config={"published_tflops": st.column_config.NumberColumn("published TFLOP/s", format="%.0f"),
                             "predicted_tflops": st.column_config.NumberColumn("predicted TFLOP/s", format="%.0f"),
                             "error": st.column_config.NumberColumn("error (%)", format="%+.1f")})
+
+# ------------------------------------------------------------------------------------ the scan, last
+if scan:
+    switches = _switches(model, gpus, env_name, ranked["device_memory"])
+    answer_slot.success(answer(model, gpus, env_name, ranked["table"], switches))
+    if switches:
+        switch_slot.markdown("**What would change the best plan** (inter-node bandwidth per NIC scaled 1/16x to 16x, "
+                             f"now {1 / env.beta / 1e9:.3g} GB/s):\n"
+                             + "\n".join(f"- from {s['bandwidth_Bps'] / 1e9:.3g} GB/s: {s['to']}" for s in switches))
+    else:
+        switch_slot.empty()

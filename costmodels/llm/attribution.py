@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from ..environment import Environment
-from .iteration import evaluate
+from .iteration import device_of, evaluate
+from .memory import memory
 from .plan import PlanArray
 from .planner import enumerate_plans
 from .result import PlanResult
@@ -86,9 +87,9 @@ def switch_points(spec: TransformerSpec, gpus: int, env: Environment, *, factors
     best plan that fits at each (:class:`Switch`)."""
     f = 2.0 ** np.arange(-4, 4.01, 0.5) if factors is None else np.asarray(factors, dtype=np.float64)
     plans = enumerate_plans(spec, gpus, env, global_batch=global_batch)
-    base = evaluate(spec, plans, env, **options)
-    limit = base.device.memory if device_memory is None else device_memory
-    plans = plans[base.memory.total <= limit]
+    # what fits does not depend on the bandwidth: the memory model alone (as evaluate computes it)
+    limit = device_of(env, options.get("device")).memory if device_memory is None else device_memory
+    plans = plans[memory(spec, plans).total <= limit]
     best, times = [], []
     for x in f:
         ev = evaluate(spec, plans, env.with_(beta=env.beta / x), **options)
