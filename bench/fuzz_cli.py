@@ -439,9 +439,13 @@ def cases() -> list[Case]:
         add(E("predict", "llm", "-m", "llama3-8b", "--gpus", g))
     for extra in (("--tp", "16"), ("--tp", "3"), ("--dp", "3"), ("--ep", "3"), ("--zero", "4"), ("--v", "0"),
                   ("--micro-batch", str(10**9)), ("--global-batch", "0"), ("--recompute", "bogus"),
-                  ("--achieved", "1.5"), ("--achieved", "nan"), ("--env", f"{T}/garbage.json"),
+                  ("--achieved", "1.5"), ("--achieved", "nan"), ("--achieved", "inf"), ("--achieved", "kernels"),
+                  ("--achieved", ""), ("--achieved", "kernel", "--attention", "bogus"),
+                  ("--attention", "materialized"), ("--env", f"{T}/garbage.json"),
                   ("--env", f"{T}/env_both_1e308.json"), ("--sp",), ("--trace", "/dev/full")):
         add(E(*pl, *extra))
+    add(OK(*pl, "--achieved", "kernel", "--attention", "materialized", "--json"))
+    add(ANY(*pl, "--achieved", "kernel", "--env", "10GbE", "--json"))  # a V100-less CPU preset: the fraction
     add(ANY(*pl, "--v", "2", "--schedule", "gpipe", "--pp", "2", "--json"))
     add(ANY(*pl, "--env", "10GbE", "--json"))
 
@@ -451,8 +455,10 @@ def cases() -> list[Case]:
     for g in ("0", P62):
         add(E("plan", "llm", "-m", "llama3-8b", "--gpus", g, "--no-switch"))
     for extra in (("--device-memory", "0"), ("--device-memory", "abc"), ("--device-memory", "1B"), ("--top", "0"),
-                  ("--achieved", "nan"), ("--json", "--csv"), ("--env", f"{T}/env_beta_neg.json")):
+                  ("--achieved", "nan"), ("--achieved", "0"), ("--json", "--csv"),
+                  ("--env", f"{T}/env_beta_neg.json")):
         add(E(*pn, *extra))
+    add(OK(*pn, "--achieved", "kernel", "--top", "2", "--json"))
     add(ANY(*pn, "--device-memory", "1e30", "--top", "1", "--json"))
 
     # ---- crossover
