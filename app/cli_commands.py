@@ -109,10 +109,11 @@ def tta_command(env: cm.Environment, model: str, p: int, eps: float, specs: Sequ
     return _join(words + _constant_words(constants, ("L", "sigma", "Delta", "zeta", "mu")))
 
 
-def llm_command(model: str, gpus: int, env_name: str, memory_gib: float, top: int) -> str:
-    """``commscope plan llm`` for the Large-models page's ranking."""
+def llm_command(model: str, gpus: int, env_name: str, memory_gib: float, top: int, kernel: bool = False) -> str:
+    """``commscope plan llm`` for the Large-models page's ranking (``kernel``: the kernel model of compute)."""
     return _join(["commscope", "plan", "llm", "--model", model, "--gpus", str(int(gpus)), "--env", _q(env_name),
-                  "--device-memory", f"{memory_gib:g}GiB", "--top", str(int(top))])
+                  "--device-memory", f"{memory_gib:g}GiB", "--top", str(int(top))]
+                 + (["--achieved", "kernel"] if kernel else []))
 
 
 def fit_command(files: Sequence[str], primitives: Sequence[str], algorithms: Sequence[str], statistic: str,

@@ -23,6 +23,14 @@ GIB = 2**30
 DEFAULT_MODEL = "gpt3-175b"
 DEFAULT_ENV = "8xH100-NVLink+IB-NDR"
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations")
+# how compute is priced: the label shown -> evaluate()'s options (costmodels.llm.iteration)
+COMPUTE = {"0.48 of peak": {}, "kernel model": {"achieved": None}}
+DEFAULT_COMPUTE = "0.48 of peak"
+
+
+def compute_options(compute: str) -> dict[str, Any]:
+    """evaluate()'s options for a :data:`COMPUTE` label."""
+    return dict(COMPUTE[compute])
 
 
 def model_choices() -> list[str]:
@@ -36,11 +44,11 @@ def env_choices() -> list[str]:
 
 
 def ranked_plans(model: str, gpus: int, env: str, device_memory_gib: float | None = None,
-                 top: int = 10) -> dict[str, Any]:
+                 top: int = 10, compute: str = DEFAULT_COMPUTE) -> dict[str, Any]:
     """The ``top`` fastest plans that fit: a table (rank, plan, times, vs best, MFU, ...), the plans as dicts,
-    and the counts (valid, fitting) and the memory limit in bytes."""
+    and the counts (valid, fitting) and the memory limit in bytes; ``compute`` a :data:`COMPUTE` label."""
     limit = None if device_memory_gib is None else device_memory_gib * GIB
-    found = search(cm.llm(model), gpus, cm.environment(env), device_memory=limit)
+    found = search(cm.llm(model), gpus, cm.environment(env), device_memory=limit, **compute_options(compute))
     best = found.best(top)
     rows = []
     for i, r in enumerate(best):
@@ -53,10 +61,10 @@ def ranked_plans(model: str, gpus: int, env: str, device_memory_gib: float | Non
             "memory": memory_table(best)}
 
 
-def plan_result(model: str, env: str, plan: dict[str, Any]) -> Any:
+def plan_result(model: str, env: str, plan: dict[str, Any], compute: str = DEFAULT_COMPUTE) -> Any:
     """One plan's :class:`~costmodels.llm.PlanResult`."""
     e = cm.environment(env)
-    return result_of(evaluate(cm.llm(model), PlanArray.of([Plan(**plan)]), e), 0, e)
+    return result_of(evaluate(cm.llm(model), PlanArray.of([Plan(**plan)]), e, **compute_options(compute)), 0, e)
 
 
 def memory_table(results: list[Any]) -> pd.DataFrame:
@@ -98,20 +106,24 @@ def chrome_trace(r: Any) -> str:
     return json.dumps(r.timeline().to_chrome_trace(process=f"commscope {r.spec.name} {r.plan.label()}"))
 
 
-def attribution_table(r: Any) -> pd.DataFrame:
+def attribution_table(r: Any, compute: str = DEFAULT_COMPUTE) -> pd.DataFrame:
     """Seconds and share of the iteration per layer (compute, strategy, library, network)."""
-    a = attribute(r)
+    options = compute_options(compute)
+    a = attribute(r, **options)
     shares = a.shares()
-    meaning = {"compute": "FLOPs at the achieved rate", "strategy": "exposed communication + pipeline bubble",
+    meaning = {"compute": "FLOPs at the achieved rate" if "achieved" not in options else "kernels by shape",
+               "strategy": "exposed communication + pipeline bubble",
                "library": "the library's algorithm/protocol vs the cheapest registered one (negative: it wins)",
                "network": f"vs a network {a.faster:g}x faster"}
     return pd.DataFrame([{"layer": k, "seconds": getattr(a, k), "share": shares[k], "meaning": meaning[k]}
                          for k in ("compute", "strategy", "library", "network")])
 
 
-def best_plan_switches(model: str, gpus: int, env: str, device_memory: float) -> list[dict[str, Any]]:
+def best_plan_switches(model: str, gpus: int, env: str, device_memory: float,
+                       compute: str = DEFAULT_COMPUTE) -> list[dict[str, Any]]:
     """Where the best plan changes as the inter-node bandwidth per NIC is scaled 1/16x..16x."""
-    sw = switch_points(cm.llm(model), gpus, cm.environment(env), device_memory=device_memory)
+    sw = switch_points(cm.llm(model), gpus, cm.environment(env), device_memory=device_memory,
+                       **compute_options(compute))
     return [{"bandwidth_Bps": bw, "from": a, "to": b} for bw, a, b in sw.switches]
 
 
@@ -135,10 +147,10 @@ def answer(model: str, gpus: int, env: str, table: pd.DataFrame, switches: list[
             f"(now {now / 1e9:.3g} GB/s): {where} it, {plan}.")
 
 
-def published_table() -> tuple[pd.DataFrame, str]:
+def published_table(compute: str = DEFAULT_COMPUTE) -> tuple[pd.DataFrame, str]:
     """Narayanan et al. 2021 Table 1: each row's published and predicted TFLOP/s per GPU, and a sentence."""
     rows = []
-    for c in llm_published.compare():
+    for c in llm_published.compare(**compute_options(compute)):
         r = c.row
         rows.append({"model": f"GPT {r['params_B']}B", "gpus": int(r["gpus"]), "tp": int(r["tp"]),
                      "pp": int(r["pp"]), "global_batch": int(r["global_batch"]), "published_tflops": c.published,
@@ -147,6 +159,6 @@ def published_table() -> tuple[pd.DataFrame, str]:
     med = median(abs(e) for e in df["error"])
     t = llm_published.table()
     words = (f"{len(df)} rows of Narayanan et al. 2021 (Megatron-LM on up to {df['gpus'].max():,} A100s) predicted "
-             f"on {t['environment']}: median absolute error {med:.1%} on achieved TFLOP/s per GPU "
-             "(issue 18's goal: 10%).")
+             f"on {t['environment']}, compute priced as {compute}: median absolute error {med:.1%} on achieved "
+             "TFLOP/s per GPU (issue 18's goal: 10%).")
     return df, words

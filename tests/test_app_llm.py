@@ -149,3 +149,29 @@ def test_page_says_when_nothing_fits() -> None:
     at.number_input(key="llm_memory").set_value(8).run()
     assert not at.exception, at.exception
     assert "fits in 8" in at.warning[0].value
+
+
+def test_kernel_model_is_the_apis_and_shown_on_the_page() -> None:
+    """'kernel model' ranks as cm.llm's search(achieved=None) does, prices the published table as
+    published.compare(achieved=None), and the page's control, CLI command and answer follow it."""
+    from costmodels.llm import llm, search
+    from costmodels.llm import published as llm_published
+
+    kernel = ranked_plans("gpt3-175b", 1024, ENV, 80.0, 3, "kernel model")
+    want = search(llm("gpt3-175b"), 1024, cm.environment(ENV), device_memory=80 * 2**30, achieved=None).best(3)
+    assert list(kernel["table"]["plan"]) == [b.plan.label() for b in want]
+    assert list(kernel["table"]["iteration_s"]) == pytest.approx([b.iteration_time for b in want], rel=1e-12)
+    fixed = ranked_plans("gpt3-175b", 1024, ENV, 80.0, 3)
+    assert kernel["table"]["iteration_s"].iloc[0] != pytest.approx(fixed["table"]["iteration_s"].iloc[0], rel=1e-3)
+    df, words = published_table("kernel model")
+    assert list(df["predicted_tflops"]) == pytest.approx([c.predicted for c in llm_published.compare(achieved=None)])
+    assert "compute priced as kernel model" in words
+    r = plan_result("gpt3-175b", ENV, {"tp": 8, "pp": 16, "dp": 8, "global_batch": 1536}, "kernel model")
+    assert attribution_table(r, "kernel model")["meaning"].iloc[0] == "kernels by shape"
+
+    at = open_page("views/large_models.py")
+    at.radio(key="llm_compute").set_value("kernel model").run()
+    assert not at.exception, at.exception
+    assert list(at.dataframe[0].value["plan"])[:3] == list(kernel["table"]["plan"])
+    assert any("--achieved kernel" in c.value for c in at.code)
+    assert any("compute priced as kernel model" in m.value for m in at.markdown)
