@@ -4,13 +4,13 @@ weight.
 
 The former derivation sums a period's gradient differences with one Young factor between the noise and the rest,
 bounds every step of a period by its last (t - t0 <= H - 1), and needs 8 gamma^2 L^2 H (H - 1) <= 1: a step limit
-of about 1/(2.8 L H) and a consensus error of 4 gamma^2 (H - 1) sigma^2 per step. Following Stich ('Local SGD
-converges fast and communicates little', ICLR 2019, Lemma 3.3: the deviation from the average, step by step) and
-Koloskova et al. (ICML 2020, Lemma 8: the noise of one step is independent of the deviation so far, so it adds
+of about 1/(2.8 L H) and a consensus error of 4 gamma^2 (H - 1) sigma^2 per step. Following the consensus recursions
+of Stich ('Local SGD converges fast and communicates little', ICLR 2019: the deviation from the average, step by
+step) and Koloskova et al. (ICML 2020: the noise of one step is independent of the deviation so far, so it adds
 without a Young factor), the recursion is kept exact: the deviation grows by at most (1 + gamma L) per step, the
 fresh noise adds (1 - 1/n) sigma^2 gamma^2, and the period's average is taken over its H steps. The family holds
 for every step limit u/L (u <= 1) and every Young weight w; near gamma -> 0 its consensus error per step is
-(H - 1)/2 (1 - 1/n) sigma^2 gamma^2, an eighth of the former 4 (H - 1) sigma^2 gamma^2.
+(H - 1)/2 (1 - 1/n) sigma^2 gamma^2, at most an eighth of the former 4 (H - 1) sigma^2 gamma^2.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ DERIVATION = FORMER_DERIVATION + (
 )
 
 SOURCE = ("Yu, Yang & Zhu, AAAI 2019 (parallel restarted SGD, Thm 1); Koloskova et al., ICML 2020, Thm 2 "
-          "(zeta^2 heterogeneity instead of G^2) and Lemma 8 (the step's noise adds without a Young factor); Stich, "
-          "ICLR 2019, Lemma 3.3 (the deviation from the average followed step by step); constants derived here")
+          "(zeta^2 heterogeneity instead of G^2; its consensus recursion adds the step's noise without a Young "
+          "factor); Stich, ICLR 2019 (the deviation from the average followed step by step); constants derived here")
 
 _FORMER = Family(L * sigma**2 / n, 4 * L**2 * (H - 1) * (sigma**2 + 2 * (H - 1) * zeta**2),
                  1 / (L * sp.Max(1, sp.sqrt(8 * H * (H - 1)))))
