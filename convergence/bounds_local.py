@@ -23,7 +23,7 @@ from .symbols import H, L, n, sigma, zeta
 u = sp.Symbol("u", positive=True)  # the step limit gamma <= u / L (u <= 1, so the descent lemma's gamma <= 1/L holds)
 w = sp.Symbol("w", positive=True)  # Young's weight between the deviation and the heterogeneity
 
-WEIGHTS = ((u, power_grid(-12, 0, 0.25)), (w, power_grid(-8, 3, 0.5)))
+WEIGHTS = ((u, power_grid(-12, 0, 0.25)), (w, power_grid(-8, 3, 1)))
 
 FORMER_DERIVATION = (
     "As SGD at the average model xbar, plus L^2 Xi_t with Xi_t = (1/n) sum_i ||x_i - xbar||^2 (gradients "
@@ -43,7 +43,7 @@ DERIVATION = FORMER_DERIVATION + (
     "and the period's average is gamma^2 K S, S = ((q^H - 1)/(q - 1) - H)/(H (q - 1)); Xi grows within a period, "
     "so a last, partial period averages no more. For gamma <= u/L, q <= (1 + w)(1 + u)^2, so B = 2 Delta/(gamma "
     "T) + L gamma sigma^2/n + L^2 K S gamma^2 with S at that q holds for every u <= 1 and w > 0; B is the minimum "
-    "over u = 2^k, k = -12, -11.75, .. 0, w = 2^k, k = -8, -7.5, .. 3, and the former family. At H = 1, S = 0 "
+    "over u = 2^k, k = -12, -11.75, .. 0, w = 2^k, k = -8, -7, .. 3, and the former family. At H = 1, S = 0 "
     "and the step limit is 1/L: SGD's bound."
 )
 
