@@ -6,7 +6,7 @@ into wall-clock time.
 >>> import convergence as cv
 >>> b = cv.bound("local_sgd")
 >>> int(b.iterations_to(1e-2, L=1.0, sigma=1.0, Delta=1.0, n=16, H=8))
-30403
+13043
 """
 
 from __future__ import annotations

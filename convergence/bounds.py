@@ -40,7 +40,11 @@ from .bounds_core import (  # noqa: F401 (re-exported: the classes live in bound
 )
 from .bounds_delay import ASYNC_SGD, SSP
 from .bounds_ef import ERROR_FEEDBACK
+from .bounds_family import family_bound
 from .bounds_gossip import DPSGD
+from .bounds_local import DERIVATION as LOCAL_DERIVATION
+from .bounds_local import FAMILIES as LOCAL_FAMILIES
+from .bounds_local import SOURCE as LOCAL_SOURCE
 from .symbols import ALL, Delta, H, L, n, omega, sigma, zeta
 
 _SGD_DERIVATION = (
@@ -55,16 +59,9 @@ _SGD, _LOCAL_SGD, _QSGD = (
     nonconvex("sgd", "synchronous mini-batch SGD over n workers (exact averaging)",
           "Ghadimi & Lan, SIAM J. Optim. 23(4), 2013, Thm 2.1 / Cor 2.2 (derived here with explicit constants)",
           _SGD_DERIVATION, L * sigma**2 / n, sp.Integer(0), 1 / L, (L, sigma, Delta, n)),
-    nonconvex("local_sgd", "local SGD: H local steps between exact averagings (heterogeneous data)",
-          "Yu, Yang & Zhu, AAAI 2019 (parallel restarted SGD, Thm 1); Koloskova et al., ICML 2020, Thm 2 "
-          "(zeta^2 heterogeneity instead of G^2); constants derived here",
-          "As SGD at the average model xbar, plus L^2 Xi_t with Xi_t = (1/n) sum_i ||x_i - xbar||^2 (gradients "
-          "taken at x_i). Within a period of H steps, Xi_t <= 2 gamma^2 (H-1) sigma^2 + 4 gamma^2 (H-1)^2 zeta^2 "
-          "+ 4 gamma^2 L^2 (H-1) sum_s Xi_s; with 8 gamma^2 L^2 H (H-1) <= 1 the per-step average is at most "
-          "4 gamma^2 (H-1) sigma^2 + 8 gamma^2 (H-1)^2 zeta^2.",
-          L * sigma**2 / n, 4 * L**2 * (H - 1) * (sigma**2 + 2 * (H - 1) * zeta**2),
-          1 / (L * sp.Max(1, sp.sqrt(8 * H * (H - 1)))), (L, sigma, Delta, n, H, zeta),
-          defaults={"zeta": 0.0}, sgd_limit={H: 1}),
+    family_bound("local_sgd", "local SGD: H local steps between exact averagings (heterogeneous data)",
+                 LOCAL_SOURCE, LOCAL_DERIVATION, LOCAL_FAMILIES, (L, sigma, Delta, n, H, zeta), defaults={"zeta": 0.0},
+                 sgd_limit={H: 1}),
     nonconvex("qsgd", "SGD with an unbiased compressor of variance omega on each worker's gradient "
           "(QSGD with s levels: omega = min(d/s^2, sqrt(d)/s))",
           "Alistarh et al., QSGD, NeurIPS 2017, Lemma 3.1 (omega) and Thm 3.2; constants derived here",

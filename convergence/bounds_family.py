@@ -128,7 +128,8 @@ class FamilyBound(GradientNormBound):
         return out
 
     def _members(self, t: np.ndarray, vals: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """Step and B of every member, stacked on a leading axis (B = inf where a family does not hold)."""
+        """Step and B of every member, stacked on a leading axis (B = inf where a family does not hold,
+        and for a member whose C is not a finite number: one that overflows, as local SGD's q^H at a large H)."""
         shape = np.broadcast_shapes(np.shape(t), *(np.shape(v) for v in vals))
         dk = 2 * vals[self._index("Delta")] / t
         steps, values = [], []
@@ -136,14 +137,16 @@ class FamilyBound(GradientNormBound):
             m = len(grid[0]) if grid else 1
             ws = [w.reshape((m,) + (1,) * len(shape)) for w in grid]
             full = (m, *shape)
-            a = np.broadcast_to(np.asarray(var_f(t, *vals, *ws), dtype=np.float64), full)
-            c = np.broadcast_to(np.asarray(dis_f(t, *vals, *ws), dtype=np.float64), full)
-            cap = np.broadcast_to(np.asarray(max_f(t, *vals, *ws), dtype=np.float64), full)
+            with np.errstate(over="ignore", invalid="ignore"):  # a member's C may overflow: it holds nothing then
+                a = np.broadcast_to(np.asarray(var_f(t, *vals, *ws), dtype=np.float64), full)
+                c = np.broadcast_to(np.asarray(dis_f(t, *vals, *ws), dtype=np.float64), full)
+                cap = np.broadcast_to(np.asarray(max_f(t, *vals, *ws), dtype=np.float64), full)
+            ok = np.broadcast_to(np.asarray(valid_f(*vals), dtype=bool), shape) & np.isfinite(c)
+            c = np.where(ok, c, 0.0)
             k = np.broadcast_to(dk, full)
             g = np.minimum(cap, balanced_step_numeric(a, c, k))
             with np.errstate(invalid="ignore"):
                 b = k / g + a * g + c * g * g
-            ok = np.broadcast_to(np.asarray(valid_f(*vals), dtype=bool), shape)
             values.append(np.where(ok, b, np.inf))
             steps.append(g)
         return np.concatenate(steps), np.concatenate(values)
@@ -158,10 +161,12 @@ class FamilyBound(GradientNormBound):
             m = len(grid[0]) if grid else 1
             ws = [w.reshape((m,) + (1,) * len(shape)) for w in grid]
             full = (m, *shape)
-            parts = [np.broadcast_to(np.asarray(f(t, *vals, *ws), dtype=np.float64), full)
-                     for f in (var_f, dis_f, max_f)]
+            with np.errstate(over="ignore", invalid="ignore"):
+                parts = [np.broadcast_to(np.asarray(f(t, *vals, *ws), dtype=np.float64), full)
+                         for f in (var_f, dis_f, max_f)]
             parts.append(np.broadcast_to(2 * vals[self._index("Delta")], full))
-            parts.append(np.broadcast_to(np.asarray(valid_f(*vals), dtype=bool), full))
+            parts.append(np.broadcast_to(np.asarray(valid_f(*vals), dtype=bool), full) & np.isfinite(parts[1]))
+            parts[1] = np.where(parts[-1], parts[1], 0.0)
             out.append(parts)
         return tuple(np.concatenate(x) for x in zip(*out, strict=True))
 

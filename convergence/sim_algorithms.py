@@ -5,8 +5,9 @@ uniformly chosen worker's gradient per update, on a model ``tau`` updates old), 
 averages all workers' gradients on a model ``s`` clocks old, or, with ``view='partial'``, each on its own
 view that misses part of the last s clocks' single-worker updates), ``dpsgd`` (local step, then gossip
 with a topology's mixing matrix), ``qsgd`` (QSGD's stochastic rounding, unbiased), the biased
-compressors ``topk``, ``randomk``, ``powersgd`` and ``ef_signsgd`` with error feedback (or without,
-``error_feedback=False``, which has no bound), ``signsgd`` (majority vote with a batch that grows
+compressors ``topk``, ``randomk``, ``powersgd`` (a rank-r truncation of the workers' mean, as PowerSGD's
+all-reduced factors give) and ``ef_signsgd`` with error feedback (or without, ``error_feedback=False``, which has
+no bound), ``signsgd`` (majority vote with a batch that grows
 with T) and the strongly convex runs ``sgd_sc`` / ``local_sgd_sc`` (the same steps, checked against
 the distance bounds). ``ef_topk``, ``ef_randomk`` and ``ef_powersgd`` name the error-feedback
 variants explicitly.
@@ -168,6 +169,11 @@ def _compressed(compress: Callable[[np.ndarray, Run], np.ndarray]) -> Callable[[
     return step
 
 
+def _mean_rank_r(v: np.ndarray, run: Run) -> np.ndarray:
+    """PowerSGD's message as every worker decodes it: the rank-r truncation of the workers' mean (axis 2)."""
+    return np.broadcast_to(rank_r(v.mean(axis=2, keepdims=True), int(run.params["rank"])), v.shape)
+
+
 def _k(run: Run) -> int:
     return max(1, math.ceil(run.problem.d * float(run.params["density"])))
 
@@ -240,9 +246,10 @@ for _entry in (
                        _compressed(lambda v, run: random_k(v, _k(run), run.rng)), _fixed("randomk"),
                        {"density": 0.2, "error_feedback": True}, _delta("randomk", "density"), _density_ok,
                        _without_error_feedback),
-    SimulatedAlgorithm("powersgd", "exact rank-r truncation of each worker's step viewed as the most square "
-                       "matrix (PowerSGD's limit), error feedback unless error_feedback=False",
-                       _compressed(lambda v, run: rank_r(v, int(run.params["rank"]))), _fixed("powersgd"),
+    SimulatedAlgorithm("powersgd", "exact rank-r truncation of the mean of the workers' steps viewed as the most "
+                       "square matrix (PowerSGD's limit: its all-reduced factors approximate the mean, and each "
+                       "worker keeps its step minus that), error feedback unless error_feedback=False",
+                       _compressed(_mean_rank_r), _fixed("powersgd"),
                        {"rank": 1, "error_feedback": True}, _delta("powersgd", "rank"),
                        unbounded=_without_error_feedback),
     SimulatedAlgorithm("ef_signsgd", "scaled sign of each worker's step, error feedback unless "

@@ -70,7 +70,7 @@ def test_iterations_table_equals_iterations_to() -> None:
     df = iterations_table(NAMES, c, 1e-2).set_index("bound")
     for name in ("sgd", "local_sgd", "topk"):
         assert df.loc[name, "iterations"] == cv.bound(name).iterations_to(1e-2, **constants_for(name, c))
-    assert df.loc["local_sgd", "iterations"] == 30403  # the README's and the package docstring's number
+    assert df.loc["local_sgd", "iterations"] == 13043  # the README's and the package docstring's number
     assert df.loc["sgd", "iterations"] == 5000 and df.loc["sgd", "stochastic gradients"] == 5000 * 16
     assert math.isnan(df.loc["arjevani", "iterations"]) and "14592" in df.loc["arjevani", "note"]
     low = iterations_table(["arjevani"], c, 1e-5).iloc[0]

@@ -62,16 +62,19 @@ def test_signsgd_refuses_heterogeneous_workers(quadratics: list[cv.Problem]) -> 
         cv.simulate("signsgd", quadratics[1], 10)
 
 
-@pytest.mark.parametrize(("algorithm", "params"), [("topk", {"density": 0.1}), ("randomk", {"density": 0.2}),
-                                                   ("powersgd", {"rank": 1}), ("ef_signsgd", {})])
+@pytest.mark.parametrize(("algorithm", "params", "factor"), [
+    ("topk", {"density": 0.1}, 0.75), ("randomk", {"density": 0.2}, 0.75), ("ef_signsgd", {}, 0.75),
+    ("powersgd", {"rank": 1}, 1.0)])
 def test_error_feedback_beats_the_same_compressor_without_it(quadratics: list[cv.Problem], algorithm: str,
-                                                            params: dict) -> None:
-    """Same step, same noise: without error feedback the biased compressor loses what it drops and stalls
-    higher on heterogeneous data; only the run with error feedback has a bound."""
+                                                            params: dict, factor: float) -> None:
+    """Same step, same noise: without error feedback the biased compressor loses what it drops; compressing each
+    worker's step, it stalls higher on heterogeneous data (by a quarter at least). PowerSGD compresses the mean
+    of the steps, which carries no heterogeneity, and its truncation keeps a descent direction: error feedback
+    still wins, by less. Only the run with error feedback has a bound."""
     runs = {ef: cv.simulate(algorithm, quadratics[1], [1000, 5000], replicas=8, seed=1, error_feedback=ef, **params)
             for ef in (True, False)}
     assert np.array_equal(runs[True].step, runs[False].step)
-    assert (runs[True].metric < 0.75 * runs[False].metric).all(), (runs[True].metric, runs[False].metric)
+    assert (runs[True].metric < factor * runs[False].metric).all(), (runs[True].metric, runs[False].metric)
     assert np.isnan(runs[False].bound).all() and runs[False].bound_name is None
     assert (runs[True].metric <= runs[True].bound).all()
 
