@@ -477,7 +477,7 @@ def test_sigint_stops_the_nodes_and_removes_everything(netadmin: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "runners.cli", "emulate", "--nodes", "2", "--rate", "1gbit",
                              "--", "sleep", "30"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pids: list[str] = []
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # set-up may probe the host first; slower on a loaded host
     while time.monotonic() < deadline and len(pids) < 2 and proc.poll() is None:
         pids = [p for i in range(2) for p in subprocess.run(
             ["ip", "netns", "pids", f"cs{proc.pid}-0-n{i}"], capture_output=True, text=True).stdout.split()]
