@@ -1,0 +1,156 @@
+"""ByteScheduler with interference, host overhead and the optimizer step, for many configurations at once.
+
+The recurrence of :func:`.terms_bytescheduler._bytescheduler` (which also draws the timeline) with the
+link's queue kept as intervals instead of a configurations x partitions mask, so that a choice costs a
+few operations per configuration instead of a pass over every partition. What makes this exact (derived
+here):
+
+* the ready partitions of the iteration being sent are a suffix [R, P) (backward runs from the last
+  layer), and a choice takes a prefix, in index order, of the ready unsent ones (the cumulative sum is
+  monotone). Between two choices R only moves down, so the unsent ready partitions are a stack of
+  intervals: the newly ready ones [R, R_seen) go below all the others, and a choice pops from the bottom;
+* a choice's bytes are integers (checked, else the reference runs), so the credit test on prefix sums,
+  G[x] - G[lo] <= credit left, is the reference's cumulative sum exactly;
+* the forward of layer r in iteration i waits for layer r of iteration i - 1. Done when the link is past
+  that iteration; when it is on it, the forwards of layers 0..r-1 have run, so their partitions [0,
+  first(r)) have all been sent, and layer r is complete iff its last partition is below u, the lowest
+  unsent one (partitions of a batch on the link are unsent until it leaves): u = 0 while some are not
+  yet ready (R_seen > 0), else the lowest of the batch on the link and the bottom interval. u changes
+  only at a choice, at a batch's end and when the link starts an iteration.
+
+A backward of no work ends as it starts: the compute goes past it in the step that ends the task before
+it (the reference spends a step of length 0 on it, and makes no choice while it is pending).
+
+The rates, the steps and the iteration starts are the reference's operations on the same values; the
+batch's transfer time is a difference of per-configuration prefix sums of the prices instead of a sum
+of the masked row (the same numbers, summed in another order: equal to about 1e-16 relative). A
+configuration whose last iteration has started leaves the arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def integral(size_of: np.ndarray, credit: float) -> bool:
+    """Whether prefix sums of the partitions' bytes are exact (integers below 2**53)."""
+    return bool(np.all(size_of == np.floor(size_of)) and credit == np.floor(credit) and size_of.sum() + credit < 2**53)
+
+
+def periods(work: np.ndarray, n: int, iterations: int, layer_of: np.ndarray, size_of: np.ndarray,
+            price: np.ndarray, o: np.ndarray, kc: np.ndarray, km: np.ndarray, credit: float) -> np.ndarray:
+    """Start of each iteration's first forward, (configurations, iterations): the reference's ``starts``.
+
+    ``work``: the compute stream's tasks (2n per iteration: forward blocks, then backward from the last
+    layer); ``price`` (C, P): each partition's transfer; ``o``, ``kc``, ``km`` (C,).
+    """
+    c, parts, two_n = price.shape[0], len(size_of), 2 * n
+    first_of_layer = np.searchsorted(layer_of, np.arange(n))
+    first_ready = np.append(first_of_layer, parts)
+    last = np.append(first_of_layer[1:], parts) - 1  # last partition of each layer
+    big = np.concatenate([[0.0], np.cumsum(size_of)])
+    qs = np.arange(len(work) + 1)
+    it_of, r_of = qs // two_n, qs % two_n
+    fwd_of, last_at = r_of < n, last[np.minimum(r_of, n - 1)]
+    ready_of = first_ready[n - np.clip(r_of - n, 0, n)]  # R after the backwards of the compute's own iteration
+    # after a task: the next one, past backwards of no work (each would end at once, before any choice)
+    jump = qs + 1
+    for x in range(len(work) - 1, -1, -1):
+        if r_of[x] >= n and work[x] == 0:
+            jump[x - 1] = jump[x]
+    jump = np.minimum(jump, len(work) - 1)
+    work_next = work[jump]
+    s = {"q": np.zeros(c, dtype=np.int64), "rem": np.full(c, work[0]), "t": np.zeros(c),
+         "busy": np.zeros(c, dtype=bool), "host": np.zeros(c), "wire": np.zeros(c),
+         "n_sent": np.zeros(c, dtype=np.int64), "comm_iter": np.zeros(c, dtype=np.int64),
+         "n_started": np.zeros(c, dtype=np.int64), "starts": np.full((c, iterations), np.nan),
+         "u": np.zeros(c, dtype=np.int64), "lo": np.zeros((c, n + 1), dtype=np.int64),
+         "hi": np.zeros((c, n + 1), dtype=np.int64), "depth": np.zeros(c, dtype=np.int64),
+         "seen": np.full(c, parts), "cnt": np.zeros(c, dtype=np.int64),
+         "cp": np.concatenate([np.zeros((c, 1)), np.cumsum(price, axis=1)], axis=1),
+         "o": o.astype(float), "kc": kc.astype(float), "km": km.astype(float), "ids": np.arange(c)}
+    out = np.full((c, iterations), np.nan)
+    while True:
+        m = len(s["q"])
+        q, rem, busy, ci = s["q"], s["rem"], s["busy"], s["comm_iter"]
+        it = it_of[q]
+        active = s["n_started"] < iterations
+        behind = ci - it  # the link's iteration minus the compute's
+        run = active & (~fwd_of[q] | (behind >= 0) | ((behind == -1) & (last_at[q] < s["u"])))
+        first = run & (q == two_n * s["n_started"])
+        if first.any():
+            f = np.flatnonzero(first)
+            s["starts"][f, s["n_started"][f]] = s["t"][f]
+            s["n_started"] = s["n_started"] + first
+            if not (s["n_started"] < iterations).any():
+                break
+        idle = active & ~busy & ~(run & (rem <= 0))  # gradients ready at this instant are ready for the choice
+        ready_from = np.where(behind < 0, 0, ready_of[q])
+        idle &= s["n_sent"] < parts - ready_from
+        if idle.any():
+            _choose(s, np.flatnonzero(idle), ready_from, big, credit)
+        on_wire = busy & (s["host"] <= 0)
+        c_slow = 1.0 + s["kc"] * on_wire
+        l_slow = np.where(on_wire, 1.0 + s["km"] * run, 1.0)
+        need_c = np.where(run, rem * c_slow, np.inf)
+        need_l = np.where(busy, np.where(on_wire, s["wire"] * l_slow, s["host"]), np.inf)
+        dt = np.minimum(need_c, need_l)
+        dt = np.where(active & np.isfinite(dt), dt, 0.0)
+        s["t"] = s["t"] + dt
+        fin_c, fin_l = run & (need_c <= dt), busy & (need_l <= dt)
+        s["rem"] = np.where(fin_c, work_next[q], np.where(run, rem - dt / c_slow, rem))
+        s["q"] = np.where(fin_c, jump[q], q)
+        s["host"] = np.where(busy & ~on_wire, np.where(fin_l, 0.0, s["host"] - dt), s["host"])
+        s["wire"] = np.where(on_wire, np.maximum(s["wire"] - dt / l_slow, 0.0), s["wire"])
+        ended = fin_l & on_wire  # a batch off the link: its partitions are sent
+        if ended.any():
+            j = np.flatnonzero(ended)
+            busy[j] = False
+            s["n_sent"][j] += s["cnt"][j]
+            d = s["depth"][j]
+            s["u"][j] = np.where(s["seen"][j] > 0, 0, np.where(d > 0, s["lo"][j, np.maximum(d - 1, 0)], parts))
+            over = j[s["n_sent"][j] == parts]
+            s["comm_iter"][over] += 1
+            s["n_sent"][over], s["depth"][over], s["seen"][over], s["u"][over] = 0, 0, parts, 0
+        left = s["n_started"] < iterations
+        if left.sum() < 0.7 * m:  # configurations done leave the arrays
+            gone = s["ids"][~left]
+            out[gone] = s["starts"][~left]
+            s = {k: v[left] for k, v in s.items()}
+    out[s["ids"]] = s["starts"]
+    return out
+
+
+def _choose(s: dict, i: np.ndarray, ready_from: np.ndarray, big: np.ndarray, credit: float) -> None:
+    """Configurations ``i`` put the batch of highest priority within the credit on the link."""
+    r, seen = ready_from[i], s["seen"][i]
+    new = r < seen  # newly ready partitions [r, seen) go below every unsent one
+    if new.any():
+        k = i[new]
+        d = s["depth"][k]
+        s["lo"][k, d], s["hi"][k, d] = r[new], seen[new]
+        s["depth"][k] = d + 1
+        s["seen"][k] = r[new]
+    d = s["depth"][i] - 1
+    lo, hi = s["lo"][i, d], s["hi"][i, d]
+    s["u"][i] = np.where(s["seen"][i] > 0, 0, lo)  # the batch's first partition is the lowest unsent one
+    end = np.minimum(np.searchsorted(big, big[lo] + credit, side="right") - 1, hi)
+    cnt, wire = end - lo, s["cp"][i, end] - s["cp"][i, lo]
+    whole = end == hi
+    s["lo"][i, d], s["depth"][i] = end, d + 1 - whole
+    sel = np.flatnonzero(whole & (d > 0))  # the bottom interval fitted: on to the next one
+    budget = credit - (big[end] - big[lo])
+    while len(sel):
+        k = i[sel]
+        d = s["depth"][k] - 1
+        lo, hi = s["lo"][k, d], s["hi"][k, d]
+        end = np.minimum(np.searchsorted(big, big[lo] + budget[sel], side="right") - 1, hi)
+        cnt[sel] += end - lo
+        wire[sel] += s["cp"][k, end] - s["cp"][k, lo]
+        budget[sel] -= big[end] - big[lo]
+        whole = end == hi
+        s["lo"][k, d], s["depth"][k] = end, d + 1 - whole
+        sel = sel[whole & (d > 0)]
+    s["busy"][i] = True
+    s["cnt"][i] = cnt
+    s["host"][i], s["wire"][i] = s["o"][i] * cnt, wire
