@@ -49,6 +49,7 @@ def periods(work: np.ndarray, n: int, iterations: int, layer_of: np.ndarray, siz
     first_ready = np.append(first_of_layer, parts)
     last = np.append(first_of_layer[1:], parts) - 1  # last partition of each layer
     big = np.concatenate([[0.0], np.cumsum(size_of)])
+    reach = np.searchsorted(big, big + credit, side="right") - 1
     qs = np.arange(len(work) + 1)
     it_of, r_of = qs // two_n, qs % two_n
     fwd_of, last_at = r_of < n, last[np.minimum(r_of, n - 1)]
@@ -60,86 +61,105 @@ def periods(work: np.ndarray, n: int, iterations: int, layer_of: np.ndarray, siz
             jump[x - 1] = jump[x]
     jump = np.minimum(jump, len(work) - 1)
     work_next = work[jump]
+    # the forward at q runs iff key = comm_iter (P + 1) + u >= thr[q] (comm_iter >= it, or = it - 1 and u above the
+    # layer's last partition, as 0 <= u <= P); a backward always
+    thr = np.where(fwd_of, (it_of - 1) * (parts + 1) + last_at + 1, -1)
     s = {"q": np.zeros(c, dtype=np.int64), "rem": np.full(c, work[0]), "t": np.zeros(c),
-         "busy": np.zeros(c, dtype=bool), "host": np.zeros(c), "wire": np.zeros(c),
+         "phase": np.zeros(c, dtype=np.int8), "lw": np.full(c, np.inf), "wire": np.zeros(c),
          "n_sent": np.zeros(c, dtype=np.int64), "comm_iter": np.zeros(c, dtype=np.int64),
-         "n_started": np.zeros(c, dtype=np.int64), "starts": np.full((c, iterations), np.nan),
-         "u": np.zeros(c, dtype=np.int64), "lo": np.zeros((c, n + 1), dtype=np.int64),
-         "hi": np.zeros((c, n + 1), dtype=np.int64), "depth": np.zeros(c, dtype=np.int64),
+         "n_started": np.zeros(c, dtype=np.int64), "next_q": np.zeros(c, dtype=np.int64),
+         "active": np.ones(c, dtype=bool), "starts": np.full((c, iterations), np.nan),
+         "u": np.zeros(c, dtype=np.int64), "key": np.zeros(c, dtype=np.int64),
+         "lo": np.zeros((c, n + 1), dtype=np.int64), "hi": np.zeros((c, n + 1), dtype=np.int64),
+         "depth": np.zeros(c, dtype=np.int64),
          "seen": np.full(c, parts), "cnt": np.zeros(c, dtype=np.int64),
          "cp": np.concatenate([np.zeros((c, 1)), np.cumsum(price, axis=1)], axis=1),
          "o": o.astype(float), "kc": kc.astype(float), "km": km.astype(float), "ids": np.arange(c)}
     out = np.full((c, iterations), np.nan)
     while True:
-        m = len(s["q"])
-        q, rem, busy, ci = s["q"], s["rem"], s["busy"], s["comm_iter"]
-        it = it_of[q]
-        active = s["n_started"] < iterations
-        behind = ci - it  # the link's iteration minus the compute's
-        run = active & (~fwd_of[q] | (behind >= 0) | ((behind == -1) & (last_at[q] < s["u"])))
-        first = run & (q == two_n * s["n_started"])
+        q, rem, active, phase = s["q"], s["rem"], s["active"], s["phase"]
+        run = active & (s["key"] >= thr[q])
+        first = run & (q == s["next_q"])
         if first.any():
             f = np.flatnonzero(first)
             s["starts"][f, s["n_started"][f]] = s["t"][f]
-            s["n_started"] = s["n_started"] + first
-            if not (s["n_started"] < iterations).any():
+            s["n_started"][f] += 1
+            s["next_q"][f] += two_n
+            s["active"][f] = s["n_started"][f] < iterations
+            left = int(s["active"].sum())
+            if not left:
                 break
-        idle = active & ~busy & ~(run & (rem <= 0))  # gradients ready at this instant are ready for the choice
-        ready_from = np.where(behind < 0, 0, ready_of[q])
-        idle &= s["n_sent"] < parts - ready_from
-        if idle.any():
-            _choose(s, np.flatnonzero(idle), ready_from, big, credit)
-        on_wire = busy & (s["host"] <= 0)
+            if left < 0.7 * len(q):  # configurations done leave the arrays, and the step starts again
+                gone = ~s["active"]
+                out[s["ids"][gone]] = s["starts"][gone]
+                s = {k: v[~gone] for k, v in s.items()}
+                continue
+        # the link is free: gradients ready at this instant are ready for the choice
+        cand = np.flatnonzero(active & (phase == 0) & ~(run & (rem <= 0)))
+        if len(cand):
+            qc = q[cand]
+            ready_from = np.where(s["comm_iter"][cand] < it_of[qc], 0, ready_of[qc])
+            ok = s["n_sent"][cand] < parts - ready_from  # some ready partition is unsent
+            if ok.any():
+                _choose(s, cand[ok], ready_from[ok], reach, big, credit, parts)
+        on_wire = phase == 2
         c_slow = 1.0 + s["kc"] * on_wire
-        l_slow = np.where(on_wire, 1.0 + s["km"] * run, 1.0)
+        l_slow = 1.0 + s["km"] * (on_wire & run)
         need_c = np.where(run, rem * c_slow, np.inf)
-        need_l = np.where(busy, np.where(on_wire, s["wire"] * l_slow, s["host"]), np.inf)
+        need_l = s["lw"] * l_slow  # the issue (rate 1), the transfer, or inf while the link is free
         dt = np.minimum(need_c, need_l)
-        dt = np.where(active & np.isfinite(dt), dt, 0.0)
+        dt = np.where(np.isfinite(dt), dt, 0.0)
         s["t"] = s["t"] + dt
-        fin_c, fin_l = run & (need_c <= dt), busy & (need_l <= dt)
+        fin_c = need_c <= dt
         s["rem"] = np.where(fin_c, work_next[q], np.where(run, rem - dt / c_slow, rem))
         s["q"] = np.where(fin_c, jump[q], q)
-        s["host"] = np.where(busy & ~on_wire, np.where(fin_l, 0.0, s["host"] - dt), s["host"])
-        s["wire"] = np.where(on_wire, np.maximum(s["wire"] - dt / l_slow, 0.0), s["wire"])
-        ended = fin_l & on_wire  # a batch off the link: its partitions are sent
-        if ended.any():
-            j = np.flatnonzero(ended)
-            busy[j] = False
-            s["n_sent"][j] += s["cnt"][j]
-            d = s["depth"][j]
-            s["u"][j] = np.where(s["seen"][j] > 0, 0, np.where(d > 0, s["lo"][j, np.maximum(d - 1, 0)], parts))
-            over = j[s["n_sent"][j] == parts]
-            s["comm_iter"][over] += 1
-            s["n_sent"][over], s["depth"][over], s["seen"][over], s["u"][over] = 0, 0, parts, 0
-        left = s["n_started"] < iterations
-        if left.sum() < 0.7 * m:  # configurations done leave the arrays
-            gone = s["ids"][~left]
-            out[gone] = s["starts"][~left]
-            s = {k: v[left] for k, v in s.items()}
+        s["lw"] = np.maximum(s["lw"] - dt / l_slow, 0.0)
+        fin_l = np.flatnonzero(need_l <= dt)
+        if len(fin_l):
+            _link_step(s, fin_l, parts)
     out[s["ids"]] = s["starts"]
     return out
 
 
-def _choose(s: dict, i: np.ndarray, ready_from: np.ndarray, big: np.ndarray, credit: float) -> None:
-    """Configurations ``i`` put the batch of highest priority within the credit on the link."""
-    r, seen = ready_from[i], s["seen"][i]
-    new = r < seen  # newly ready partitions [r, seen) go below every unsent one
-    if new.any():
-        k = i[new]
-        d = s["depth"][k]
-        s["lo"][k, d], s["hi"][k, d] = r[new], seen[new]
-        s["depth"][k] = d + 1
-        s["seen"][k] = r[new]
-    d = s["depth"][i] - 1
-    lo, hi = s["lo"][i, d], s["hi"][i, d]
-    s["u"][i] = np.where(s["seen"][i] > 0, 0, lo)  # the batch's first partition is the lowest unsent one
-    end = np.minimum(np.searchsorted(big, big[lo] + credit, side="right") - 1, hi)
+def _link_step(s: dict, j: np.ndarray, parts: int) -> None:
+    """Configurations ``j``: the batch's issue ends (its transfer starts) or its transfer ends (it is sent)."""
+    ph = s["phase"][j]
+    issued = j[ph == 1]
+    s["phase"][issued], s["lw"][issued] = 2, s["wire"][issued]
+    j = j[ph == 2]
+    if not len(j):
+        return
+    s["phase"][j], s["lw"][j] = 0, np.inf
+    s["n_sent"][j] += s["cnt"][j]
+    d = s["depth"][j]
+    s["u"][j] = np.where(s["seen"][j] > 0, 0, np.where(d > 0, s["lo"][j, np.maximum(d - 1, 0)], parts))
+    over = j[s["n_sent"][j] == parts]  # the iteration is sent: the link goes on to the next one
+    s["comm_iter"][over] += 1
+    s["n_sent"][over], s["depth"][over], s["seen"][over], s["u"][over] = 0, 0, parts, 0
+    s["key"][j] = s["comm_iter"][j] * (parts + 1) + s["u"][j]
+
+
+def _choose(s: dict, i: np.ndarray, r: np.ndarray, reach: np.ndarray, big: np.ndarray, credit: float,
+            parts: int) -> None:
+    """Configurations ``i`` put the batch of highest priority within the credit on the link; ``r``: their R.
+    ``reach[x]``: the end of a batch that starts at x with the whole credit."""
+    seen, depth = s["seen"][i], s["depth"][i]
+    new = r < seen  # newly ready partitions [r, seen) go below every unsent one: the bottom interval
+    top = np.maximum(depth - 1, 0)
+    lo, hi = np.where(new, r, s["lo"][i, top]), np.where(new, seen, s["hi"][i, top])
+    seen = np.minimum(seen, r)
+    s["seen"][i] = seen
+    u = np.where(seen > 0, 0, lo)  # the batch's first partition is the lowest unsent one
+    end = np.minimum(reach[lo], hi)
     cnt, wire = end - lo, s["cp"][i, end] - s["cp"][i, lo]
     whole = end == hi
-    s["lo"][i, d], s["depth"][i] = end, d + 1 - whole
-    sel = np.flatnonzero(whole & (d > 0))  # the bottom interval fitted: on to the next one
-    budget = credit - (big[end] - big[lo])
+    slot = np.where(new, depth, top)  # what is left of the bottom interval, if anything
+    s["lo"][i, slot], s["hi"][i, slot] = end, hi
+    depth = depth + new - whole
+    s["depth"][i] = depth
+    sel = np.flatnonzero(whole & (depth > 0))  # the bottom interval fitted: on to the next one
+    if len(sel):
+        budget = credit - (big[end] - big[lo])
     while len(sel):
         k = i[sel]
         d = s["depth"][k] - 1
@@ -151,6 +171,9 @@ def _choose(s: dict, i: np.ndarray, ready_from: np.ndarray, big: np.ndarray, cre
         whole = end == hi
         s["lo"][k, d], s["depth"][k] = end, d + 1 - whole
         sel = sel[whole & (d > 0)]
-    s["busy"][i] = True
-    s["cnt"][i] = cnt
-    s["host"][i], s["wire"][i] = s["o"][i] * cnt, wire
+    host = s["o"][i] * cnt
+    s["cnt"][i], s["wire"][i], s["u"][i] = cnt, wire, u
+    issuing = host > 0  # no issuing time: on the wire at once
+    s["phase"][i] = 1 + ~issuing
+    s["lw"][i] = np.where(issuing, host, wire)
+    s["key"][i] = s["comm_iter"][i] * (parts + 1) + u
