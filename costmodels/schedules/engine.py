@@ -99,6 +99,11 @@ class Graph:
         self._parts: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list, np.ndarray]] = []
         self._count = 0
 
+    @property
+    def size(self) -> int:
+        """Tasks added so far: the id the next one gets."""
+        return self._count
+
     def add(self, stream: str, kind: int, work: Any, key: Any, dep: Any = -1,
             labels: Sequence[tuple[str, str]] | tuple[str, str] = ("", ""), nbytes: Any = 0.0) -> np.ndarray:
         """Add n tasks to ``stream``: ``work`` of shape (n,), (C, n) or a scalar, ``key`` (n,) their places on
