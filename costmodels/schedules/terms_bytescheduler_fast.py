@@ -64,10 +64,14 @@ def periods(work: np.ndarray, n: int, iterations: int, layer_of: np.ndarray, siz
     # the forward at q runs iff key = comm_iter (P + 1) + u >= thr[q] (comm_iter >= it, or = it - 1 and u above the
     # layer's last partition, as 0 <= u <= P); a backward always
     thr = np.where(fwd_of, (it_of - 1) * (parts + 1) + last_at + 1, -1)
-    s = {"q": np.zeros(c, dtype=np.int64), "rem": np.full(c, work[0]), "t": np.zeros(c),
+    # the first iteration's forwards run alike everywhere (nothing is on the link): their steps, added in turn
+    q0, t0 = 0, 0.0
+    while iterations > 1 and r_of[q0] < n:
+        q0, t0 = int(jump[q0]), t0 + float(work[q0])
+    s = {"q": np.full(c, q0), "rem": np.full(c, work[q0]), "t": np.full(c, t0),
          "phase": np.zeros(c, dtype=np.int8), "lw": np.full(c, np.inf), "wire": np.zeros(c),
          "n_sent": np.zeros(c, dtype=np.int64), "comm_iter": np.zeros(c, dtype=np.int64),
-         "n_started": np.zeros(c, dtype=np.int64), "next_q": np.zeros(c, dtype=np.int64),
+         "n_started": np.full(c, int(q0 > 0)), "next_q": np.full(c, two_n * int(q0 > 0)),
          "active": np.ones(c, dtype=bool), "starts": np.full((c, iterations), np.nan),
          "u": np.zeros(c, dtype=np.int64), "key": np.zeros(c, dtype=np.int64),
          "lo": np.zeros((c, n + 1), dtype=np.int64), "hi": np.zeros((c, n + 1), dtype=np.int64),
@@ -75,6 +79,7 @@ def periods(work: np.ndarray, n: int, iterations: int, layer_of: np.ndarray, siz
          "seen": np.full(c, parts), "cnt": np.zeros(c, dtype=np.int64),
          "cp": np.concatenate([np.zeros((c, 1)), np.cumsum(price, axis=1)], axis=1),
          "o": o.astype(float), "kc": kc.astype(float), "km": km.astype(float), "ids": np.arange(c)}
+    s["starts"][:, 0] = 0.0 if q0 else np.nan
     out = np.full((c, iterations), np.nan)
     while True:
         q, rem, active, phase = s["q"], s["rem"], s["active"], s["phase"]
@@ -144,17 +149,19 @@ def _choose(s: dict, i: np.ndarray, r: np.ndarray, reach: np.ndarray, big: np.nd
     """Configurations ``i`` put the batch of highest priority within the credit on the link; ``r``: their R.
     ``reach[x]``: the end of a batch that starts at x with the whole credit."""
     seen, depth = s["seen"][i], s["depth"][i]
+    stack_lo, stack_hi, cp = s["lo"].reshape(-1), s["hi"].reshape(-1), s["cp"].reshape(-1)
     new = r < seen  # newly ready partitions [r, seen) go below every unsent one: the bottom interval
-    top = np.maximum(depth - 1, 0)
-    lo, hi = np.where(new, r, s["lo"][i, top]), np.where(new, seen, s["hi"][i, top])
+    top = i * s["lo"].shape[1] + np.maximum(depth - 1, 0)
+    lo, hi = np.where(new, r, stack_lo[top]), np.where(new, seen, stack_hi[top])
     seen = np.minimum(seen, r)
     s["seen"][i] = seen
     u = np.where(seen > 0, 0, lo)  # the batch's first partition is the lowest unsent one
     end = np.minimum(reach[lo], hi)
-    cnt, wire = end - lo, s["cp"][i, end] - s["cp"][i, lo]
+    row = i * (parts + 1)
+    cnt, wire = end - lo, cp[row + end] - cp[row + lo]
     whole = end == hi
-    slot = np.where(new, depth, top)  # what is left of the bottom interval, if anything
-    s["lo"][i, slot], s["hi"][i, slot] = end, hi
+    slot = top + (new & (depth > 0))  # what is left of the bottom interval, if anything
+    stack_lo[slot], stack_hi[slot] = end, hi
     depth = depth + new - whole
     s["depth"][i] = depth
     sel = np.flatnonzero(whole & (depth > 0))  # the bottom interval fitted: on to the next one
@@ -174,6 +181,6 @@ def _choose(s: dict, i: np.ndarray, r: np.ndarray, reach: np.ndarray, big: np.nd
     host = s["o"][i] * cnt
     s["cnt"][i], s["wire"][i], s["u"][i] = cnt, wire, u
     issuing = host > 0  # no issuing time: on the wire at once
-    s["phase"][i] = 1 + ~issuing
+    s["phase"][i] = np.where(issuing, 1, 2)
     s["lw"][i] = np.where(issuing, host, wire)
     s["key"][i] = s["comm_iter"][i] * (parts + 1) + u
