@@ -99,6 +99,11 @@ class Graph:
         self._parts: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list, np.ndarray]] = []
         self._count = 0
 
+    @property
+    def size(self) -> int:
+        """Tasks added so far: the id the next one gets."""
+        return self._count
+
     def add(self, stream: str, kind: int, work: Any, key: Any, dep: Any = -1,
             labels: Sequence[tuple[str, str]] | tuple[str, str] = ("", ""), nbytes: Any = 0.0) -> np.ndarray:
         """Add n tasks to ``stream``: ``work`` of shape (n,), (C, n) or a scalar, ``key`` (n,) their places on
@@ -169,42 +174,78 @@ class Graph:
                       (*labels, ("", "")), np.append(nbytes, 0.0))
 
 
+def chain(g: Frozen) -> list[int] | None:
+    """The tasks in the order they run where at most one can run at any time (BSP: compute, then each
+    issue and its message in turn), else None. Then each runs alone, at rate 1, and the end is their sum."""
+    dep, dstream = g.dep.tolist(), g.dep_stream.tolist()
+    pos, stop = g.off[:-1].tolist(), g.off[1:].tolist()
+    order: list[int] = []
+    while len(order) < g.tasks:
+        run = [s for s, i in enumerate(pos) if i < stop[s] and (dep[i] < 0 or pos[dstream[i]] > dep[i])]
+        if len(run) != 1:
+            return None
+        order.append(pos[run[0]])
+        pos[run[0]] += 1
+    return order
+
+
 def run_many(g: Frozen, kappa_c: np.ndarray, kappa_m: np.ndarray) -> np.ndarray:
     """End of the last task of every configuration (columns of ``g.work``), by the module's recurrence.
 
     State is (streams, configurations): each stream's current task (the sentinel once it is done, which
-    counts as after every task) and the work it has left. In ``g.work`` configurations at the same task
-    are neighbours.
+    counts as after every task and waits for itself, so that it never runs) and the work it has left. In
+    ``g.work`` configurations at the same task are neighbours. A step ends about one task per configuration,
+    so the tasks that end are handled by index. A :func:`chain` is summed in its order: the same additions.
     """
     sentinel, c = g.tasks, g.work.shape[1]
+    order = chain(g)
+    if order is not None:
+        t = np.zeros(c)
+        for i in order:
+            t = t + g.work[i]
+        return t
     work = g.work.reshape(-1)
-    cols = np.arange(c)[None, :]
+    cols = np.arange(c)
     kc, km = np.reshape(kappa_c, (1, -1)), np.reshape(kappa_m, (1, -1))
     nxt = np.arange(1, sentinel + 2)
     nxt[g.off[1:] - 1] = sentinel  # after a stream's last task: the sentinel
     nxt[sentinel] = sentinel
+    dep = g.dep.copy()
+    dep[sentinel] = sentinel
+    dep_at = g.dep_stream * c  # where the stream a task waits on starts in the flattened state
+    is_comp, is_comm = g.kind == COMPUTE, g.kind == COMM
     first = np.where(g.off[:-1] < g.off[1:], g.off[:-1], sentinel)
     pos = np.repeat(first[:, None], c, axis=1)
     rem = np.take(work, pos * c + cols)
+    # per stream and configuration, of its current task: where its dependency's stream is, what it waits for,
+    # its kind; rewritten only where a task ends
+    at, waits, comp_k, comm_k = dep_at[pos] + cols, dep[pos], is_comp[pos], is_comm[pos]
+    flat = [x.reshape(-1) for x in (pos, rem, at, waits, comp_k, comm_k)]
+    col_of = np.tile(cols, len(first))
+    one = np.ones((1, c))
     t = np.zeros(c)
     while True:
-        live = pos != sentinel
-        if not live.any():
-            return t
-        run = live & (np.take(pos, g.dep_stream[pos] * c + cols) > g.dep[pos])  # no dependency: dep = -1 < pos
-        k = g.kind[pos]
-        is_comp, is_comm = run & (k == COMPUTE), run & (k == COMM)
-        slow = 1.0 + np.where(is_comp, kc * is_comm.any(axis=0), np.where(is_comm, km * is_comp.any(axis=0), 0.0))
+        run = np.take(flat[0], at) > waits  # no dependency: waits = -1 < pos
+        comp, comm = run & comp_k, run & comm_k
+        slow = np.where(comp, 1.0 + kc * comm.any(axis=0), np.where(comm, 1.0 + km * comp.any(axis=0), one))
         need = np.where(run, rem * slow, np.inf)
         dt = need.min(axis=0)
         if not np.isfinite(dt).all():
-            if np.any(live.any(axis=0) & ~np.isfinite(dt)):
+            done = (pos == sentinel).all(axis=0)
+            if done.all():
+                return t
+            if np.any(~done & ~np.isfinite(dt)):
                 raise CommscopeError("internal error: a schedule's task graph waits on itself")
             dt = np.where(np.isfinite(dt), dt, 0.0)
         t = t + dt
-        fin = run & (need <= dt)
-        pos = np.where(fin, nxt[pos], pos)
-        rem = np.where(fin, np.take(work, pos * c + cols), np.where(run, np.maximum(rem - dt / slow, 0.0), rem))
+        rem = np.where(run, np.maximum(rem - dt / slow, 0.0), rem)
+        flat[1] = rem.reshape(-1)
+        fin = np.flatnonzero(need <= dt)
+        ended, col = nxt[flat[0][fin]], col_of[fin]
+        flat[0][fin] = ended
+        flat[1][fin] = work[ended * c + col]
+        flat[2][fin], flat[3][fin], flat[4][fin], flat[5][fin] = dep_at[ended] + col, dep[ended], is_comp[ended], \
+            is_comm[ended]
 
 
 def run_one(g: Frozen, kappa_c: float, kappa_m: float, row: int = 0) -> tuple[float, list[float], list[float]]:

@@ -118,7 +118,8 @@ def _per_tensor(cfg: Configurations, collective: str | None, record: bool, param
 
 def _bsp(cfg: Configurations, collective: str | None, record: bool, *, flatten: bool = False,
          **params: Any) -> TermsRun:
-    """Blocking messages after backward: each waits for the one before it, o then the message on the thread."""
+    """Blocking messages after backward: each waits for the one before it, o then the message on the thread
+    (issue j waits for message j - 1)."""
     prof = cfg.prof
     n, names = len(prof), [x.name for x in prof.layers]
     back = list(range(n - 1, -1, -1))
@@ -127,12 +128,12 @@ def _bsp(cfg: Configurations, collective: str | None, record: bool, *, flatten: 
     times = cfg.comm("allreduce", collective, params)(sizes)
     g = Graph(len(cfg.p))
     compute_stream(g, cfg)
-    prev: Any = -1
-    for j, x in enumerate(groups):
-        issue = g.add("compute", HOST, cfg.overhead, [2.0 * n + j], dep=prev, labels=("issue", group_label(names, x)))
-        prev = g.add("comm", COMM, times[:, j:j + 1], [j], dep=issue, labels=("allreduce", group_label(names, x)),
-                     nbytes=sizes[0, j])
-    g.add("compute", COMPUTE, prof.optimizer_s, KEY_END, dep=prev, labels=("optimizer", "step"))
+    j, label = np.arange(len(groups)), [group_label(names, x) for x in groups]
+    sent = g.size + len(groups) + j  # the messages' ids: added right after the issues
+    g.add("compute", HOST, cfg.overhead, 2.0 * n + j, dep=np.where(j > 0, sent - 1, -1),
+          labels=[("issue", x) for x in label])
+    g.add("comm", COMM, times, j, dep=sent - len(groups), labels=[("allreduce", x) for x in label], nbytes=sizes[0])
+    g.add("compute", COMPUTE, prof.optimizer_s, KEY_END, dep=sent[-1], labels=("optimizer", "step"))
     return run_graph(g, cfg, record, prof.optimizer_s, messages=len(groups) if int(cfg.p.max()) > 1 else 0)
 
 

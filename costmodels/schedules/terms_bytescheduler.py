@@ -36,6 +36,7 @@ from ..timeline import Event
 from .blocks import _bytes_option, partitions
 from .core import TERMS, Configurations, TermsRun
 from .overlap import ITERATIONS
+from .terms_bytescheduler_fast import integral, periods
 
 
 def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partition_bytes: Any = 4 * 2**20,
@@ -55,6 +56,13 @@ def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partit
     # the compute stream's tasks, 2n per iteration: forward blocks (optimizer + forward) then backward
     fwd, bwd, opt = (np.array(prof.column(x)) for x in ("forward_s", "backward_s", "optimizer_s"))
     work = np.tile(np.concatenate([opt + fwd, bwd[::-1]]), ITERATIONS)
+    total = price.sum(axis=1)
+    details = {"partitions": len(size_of), "partition_bytes": part, "credit_bytes": credit,
+               "iterations_simulated": ITERATIONS, "communication_s": total,
+               "host_overhead_s": o * len(size_of), "optimizer_s": np.full(c, prof.optimizer_s)}
+    if not record and integral(size_of, credit):  # the same recurrence with the queue as intervals
+        starts = periods(work, n, ITERATIONS, layer_of, size_of, price, o, kc, km, credit)
+        return TermsRun(np.maximum(starts[:, -1] - starts[:, -2], prof.compute_s + prof.optimizer_s), None, details)
     bwd_at = n + (n - 1 - layer_of)  # place of each partition's backward within an iteration
     rows = np.arange(c)
     q, rem = np.zeros(c, dtype=np.int64), np.full(c, work[0])  # compute: task index and work left
@@ -127,10 +135,7 @@ def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partit
         lo_t, hi_t = starts[0, -2], starts[0, -1]
         window = [Event(e.stream, e.kind, e.label, e.start - lo_t, e.end - lo_t, e.nbytes) for e in evs
                   if lo_t - 1e-15 <= e.start < hi_t - 1e-15 and (e.stream == "compute" or int(cfg.p[0, 0]) > 1)]
-    total = price.sum(axis=1)
-    return TermsRun(period, window, {"partitions": len(size_of), "partition_bytes": part, "credit_bytes": credit,
-                                     "iterations_simulated": ITERATIONS, "communication_s": total,
-                                     "host_overhead_s": o * len(size_of), "optimizer_s": np.full(c, prof.optimizer_s)})
+    return TermsRun(period, window, details)
 
 
 TERMS.update(bytescheduler=_bytescheduler)
