@@ -113,12 +113,14 @@ case "$cmd" in
     system_tools
     "$VENV/bin/ruff" check .
     [ $# -gt 0 ] && exec "$VENV/bin/python" -m pytest "$@"
-    # The whole suite in two passes. Tests of pure code run on COMMSCOPE_TEST_WORKERS processes (pytest-xdist);
-    # tests that start processes (ranks, emulated networks, the app server, a browser) run after them one at a
-    # time, because they time real processes on the same cores and would measure each other.
+    # The whole suite in two passes. First the tests that start processes (ranks, emulated networks, the app
+    # server, a browser), one at a time and on a machine not yet loaded: they time real processes on the same
+    # cores and would measure each other. Then the tests of pure code on COMMSCOPE_TEST_WORKERS processes
+    # (pytest-xdist).
     rc=0
-    "$VENV/bin/python" -m pytest -n "${COMMSCOPE_TEST_WORKERS:-2}" -m "not multiprocess and not browser" || rc=$?
-    "$VENV/bin/python" -m pytest -m "multiprocess or browser" || { r=$?; [ $rc -ne 0 ] || rc=$r; }
+    "$VENV/bin/python" -m pytest -m "multiprocess or browser" || rc=$?
+    "$VENV/bin/python" -m pytest -n "${COMMSCOPE_TEST_WORKERS:-2}" -m "not multiprocess and not browser" \
+      || { r=$?; [ $rc -ne 0 ] || rc=$r; }
     exit $rc ;;
   *)
     echo "usage: ./dev.sh app [streamlit flags] | ./dev.sh test [pytest args] | ./dev.sh setup" >&2
