@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # commscope's set-up and entry point for a fresh clone.
 #   ./dev.sh app [streamlit flags]   set up .venv (once) and serve the app on the bundled data
-#   ./dev.sh test [pytest args]      set up .venv (once) and run the full test suite (ruff + pytest); with
-#                                    arguments, pytest runs with just those
+#   ./dev.sh test [pytest args]      set up .venv (once) and run the full test suite (ruff + pytest)
 #   ./dev.sh setup                   only set up .venv
 # The virtual environment is project-local (.venv, or $COMMSCOPE_VENV) and reused; it is brought
 # up to date whenever pyproject.toml or this script changes.
@@ -112,16 +111,7 @@ case "$cmd" in
     setup
     system_tools
     "$VENV/bin/ruff" check .
-    [ $# -gt 0 ] && exec "$VENV/bin/python" -m pytest "$@"
-    # The whole suite in two passes. First the tests that start processes (ranks, emulated networks, the app
-    # server, a browser), one at a time and on a machine not yet loaded: they time real processes on the same
-    # cores and would measure each other. Then the tests of pure code on COMMSCOPE_TEST_WORKERS processes
-    # (pytest-xdist).
-    rc=0
-    "$VENV/bin/python" -m pytest -m "multiprocess or browser" || rc=$?
-    "$VENV/bin/python" -m pytest -n "${COMMSCOPE_TEST_WORKERS:-2}" -m "not multiprocess and not browser" \
-      || { r=$?; [ $rc -ne 0 ] || rc=$r; }
-    exit $rc ;;
+    exec "$VENV/bin/python" -m pytest "$@" ;;
   *)
     echo "usage: ./dev.sh app [streamlit flags] | ./dev.sh test [pytest args] | ./dev.sh setup" >&2
     exit 2 ;;

@@ -473,36 +473,16 @@ def test_teardown_after_a_setup_failure(monkeypatch: pytest.MonkeyPatch, netadmi
     assert ours() == []
 
 
-def _running_in_every_node(proc: subprocess.Popen, nodes: int, command: str, timeout: float) -> list[str]:
-    """Wait until ``command`` (a process name) runs in every node namespace of one cluster of the emulator
-    ``proc``; the pids in those namespaces then, or [] if that did not happen within ``timeout`` seconds or the
-    emulator ended. The emulator may first build a cluster of its own to probe the host's ceiling (a fresh cache:
-    ``cs{pid}-0-*``), so the nodes are found by their command, not by the first namespaces that appear."""
-    def name(pid: str) -> str:
-        try:
-            return Path(f"/proc/{pid}/comm").read_text().strip()
-        except OSError:
-            return ""
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        clusters = sorted({ns.rsplit("-", 1)[0] for ns in em.list_namespaces() if ns.startswith(f"cs{proc.pid}-")})
-        for prefix in clusters:
-            per_node = [subprocess.run(["ip", "netns", "pids", f"{prefix}-n{i}"], capture_output=True,
-                                       text=True).stdout.split() for i in range(nodes)]
-            if all(any(name(p) == command for p in node) for node in per_node):
-                return [p for node in per_node for p in node]
-        time.sleep(0.05)
-    return []
-
-
 def test_sigint_stops_the_nodes_and_removes_everything(netadmin: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "runners.cli", "emulate", "--nodes", "2", "--rate", "1gbit",
                              "--", "sleep", "30"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    pids = _running_in_every_node(proc, 2, "sleep", timeout=60)  # set-up may probe the host first
-    if not pids:
-        proc.kill()
-        pytest.fail(f"the nodes did not start (exit {proc.poll()}): {proc.communicate(timeout=10)}")
+    pids: list[str] = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and len(pids) < 2 and proc.poll() is None:
+        pids = [p for i in range(2) for p in subprocess.run(
+            ["ip", "netns", "pids", f"cs{proc.pid}-0-n{i}"], capture_output=True, text=True).stdout.split()]
+        time.sleep(0.05)
+    assert len(pids) == 2, proc.communicate(timeout=10)
     start = time.monotonic()
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=10)
@@ -579,10 +559,12 @@ def test_sigkill_to_emulate_stops_its_nodes_and_the_next_run_removes_its_namespa
                             text=True)
     pids: list[str] = []
     try:
-        pids = _running_in_every_node(proc, 2, "sleep", timeout=60)
-        if not pids:
-            proc.kill()
-            pytest.fail(f"the nodes did not start (exit {proc.poll()}): {proc.communicate(timeout=10)}")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(pids) < 2 and proc.poll() is None:
+            pids = [p for i in range(2) for p in subprocess.run(
+                ["ip", "netns", "pids", f"cs{proc.pid}-0-n{i}"], capture_output=True, text=True).stdout.split()]
+            time.sleep(0.05)
+        assert len(pids) == 2, proc.communicate(timeout=10)
         proc.kill()
         proc.wait(timeout=5)
         left = sorted(ours(proc.pid))
