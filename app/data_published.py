@@ -95,9 +95,6 @@ def published_verdict(summary: pd.DataFrame, tolerance: float = TOLERANCE) -> st
         parts[-1] += f", and in the bandwidth regime on {'; '.join(named)}"
     parts[-1] += "."
     notes = []
-    if misses["bw_choice"].str.contains("nvls").any():
-        notes.append("NVLS on H200: NCCL 2.21's NVLS bandwidth (5/6 of the bus bandwidth) is faster than measured; "
-                     "the NVLink SHARP switches' throughput is not modelled")
     if misses["environment"].str.contains("noP2P").any():
         notes.append("PCIe without P2P: the receiving GPU reads its peer's data from host memory (about 4 GB/s), "
                      "slower than the host-staged copy the preset carries; that read path is not modelled")

@@ -122,9 +122,24 @@ def test_in_network_reduction_appears_where_the_switches_have_it() -> None:
     assert sharp.algorithm[big][0] == "collnet_direct" and sharp.time[big][0] < plain.time[big][0] / 1.3
     h100 = cm.environment("NVLink-H100")
     assert h100.nvls and cm.choose("allreduce", 2.0**30, 8, h100).algorithm == "nvls"
-    # NVLS: algBw = 5/6 x 370.8 GB/s (tuning.cc 212-219), one NVLink hop of latency (25 us)
-    assert float(cm.choose("allreduce", 2.0**30, 8, h100).time) == pytest.approx(25e-6 + 2**30 / (370.8e9 * 5 / 6),
+    # NVLS: NCCL's NVLS graph has 8 channels (one per GPU); each pulls from all 8 GPUs, twice from its own, so a
+    # GPU's 370.8 GB/s of NVLink carry 9 x speed: 370.8 / 9 = 41.2 -> 40 GB/s from sm90's speed array (search.cc
+    # 855); busBw 8 x 40 = 320, algBw 5/6 x 320 = 266.7 GB/s (tuning.cc 212-219), one NVLink hop of latency
+    # (25 us). 1 GiB: 25 + 1073741824 / 266.67e3 = 4051.5 us.
+    assert float(cm.choose("allreduce", 2.0**30, 8, h100).time) == pytest.approx(25e-6 + 2**30 / (320e9 * 5 / 6),
                                                                                  rel=1e-12)
+    assert float(cm.choose("allreduce", 2.0**30, 8, h100).time) == pytest.approx(4051.5e-6, rel=1e-4)
+
+
+def test_nvls_graph_channel_speed_follows_nccls_search() -> None:
+    from costmodels.libraries.nccl import nvls_channel_speed
+
+    # (ppn + 1) x speed <= the GPU's NVLink bandwidth, the fastest speed of the array that fits (search.cc 850-856):
+    # H100 370.8 GB/s: 2 GPUs 123.6 -> 60 (the array's fastest), 5 GPUs 61.8 -> 60, 6 GPUs 53.0 -> 50,
+    # 8 GPUs 41.2 -> 40; before sm90 the array starts at 40: 12 x 20 = 240 GB/s on 8 GPUs 26.7 -> 20
+    assert list(nvls_channel_speed(np.array([2, 5, 6, 8]), 370.8, 90)) == [60.0, 60.0, 50.0, 40.0]
+    assert float(nvls_channel_speed(8, 240.0, 80)) == 20.0
+    assert float(nvls_channel_speed(8, 1.0, 90)) == 3.0  # nothing fits: the slowest speed, as the search ends
 
 
 def test_gloo_runs_one_algorithm_per_primitive() -> None:

@@ -10,6 +10,7 @@ message the pair its own model predicts fastest (``src/graph/tuning.cc``, ``nccl
     lat (tree)  = baseLat + 2 * ((ranks per node - 1) * intraLat + floor(log2 nNodes) * interLat)
     algBw       = busBw * nRanks / nsteps (ring), busBw / 2 (tree), busBw * 5/6 (NVLS)
     busBw       = protocol factors and per-channel caps applied to nChannels * per-channel bandwidth
+    NVLS busBw  = ppn * the NVLS graph's channel speed (one channel per GPU; :func:`nvls_channel_speed`)
 
 What commscope adds (derived here), so that the same model prices the real network:
 
@@ -307,13 +308,27 @@ def _collnet(lv: Levels) -> Option:
                    np.where(ok, serial_real + inter_real, np.nan), alg_bw, "allreduce")
 
 
+def nvls_channel_speed(ppn: Any, link_gbps: Any, cc: int) -> np.ndarray:
+    """The per-channel speed (GB/s) of NCCL's NVLS graph on one node of ``ppn`` GPUs: the fastest of the speed
+    array with ``(ppn + 1) * speed <= link_gbps``, a GPU's NVLink bandwidth to the switch (the slowest speed
+    when none fits), from ``src/graph/search.cc`` (:data:`.nccl_constants.SPEEDS_INTRA_SM90`). Its bus
+    bandwidth is ``ppn * speed``: 8 x H100 (18 x 20.6 = 370.8 GB/s) give 370.8 / 9 = 41.2 -> 40 GB/s, 320 in
+    all, not the 370.8 of the links."""
+    speeds = np.asarray(tables.SPEEDS_INTRA_SM90 if cc >= 90 else tables.SPEEDS_INTRA)
+    per_path = np.asarray(link_gbps, dtype=np.float64) / (np.asarray(ppn, dtype=np.float64) + 1.0)
+    fits = speeds <= per_path[..., None] * (1 + 1e-12)  # speeds fall: the first that fits is the fastest
+    return np.where(fits.any(axis=-1), speeds[np.argmax(fits, axis=-1)], speeds[-1])
+
+
 def _nvls(primitive: str, lv: Levels) -> Option:
-    """NVLS (NVLink SHARP) inside one node (Simple only): latency one NVLink hop, algBw = 5/6 of the bus
-    bandwidth (tuning.cc 212-219, 253-263)."""
+    """NVLS (NVLink SHARP) inside one node (Simple only): latency one NVLink hop, busBw = NVLS channels (one
+    per GPU) x their speed (:func:`nvls_channel_speed`), algBw = 5/6 of it (tuning.cc 170-175, 212-219,
+    253-263)."""
     intra, intra_real, _, _ = lv.hop("nvls", 2)
     ok = (lv.nodes == 1) & (lv.ppn > 1)
+    bus = lv.ppn * nvls_channel_speed(lv.ppn, np.where(np.isfinite(lv.b_intra), lv.b_intra, 0.0), lv.cc)
     return _option("nvls", 2, lv, np.where(ok, intra, np.nan), np.where(ok, intra_real, np.nan),
-                   lv.b_intra * tables.NVLS_RATIO, primitive)
+                   bus * tables.NVLS_RATIO, primitive)
 
 
 def _all_to_all(lv: Levels) -> Option:

@@ -48,6 +48,13 @@ TREE_LL128_FACTOR_NODES = 120.0 / 128.0
 # bus -> algorithm bandwidth (tuning.cc 212-219): tree and CollNet 0.5, NVLS 5/6, ring nRanks/nsteps
 TREE_RATIO = 0.5
 NVLS_RATIO = 5.0 / 6.0
+# The NVLS graph (src/graph/search.cc): one channel per GPU of the node ("NVLS search must have ngpus heads",
+# 893-901), each at the fastest intra-node speed of the architecture's array (850-856) whose paths fit: channel
+# g pulls from every GPU through the NVSwitch at that speed, twice from GPU g itself (ncclTopoSearchTryNvls,
+# 342-357), so a GPU's NVLinks carry (ngpus + 1) x speed. DupChannels skips NVLS (837); pass 2 raises only
+# bwInter, and a single node's bandwidth is min(bwIntra, bwInter) (tuning.cc 175).
+SPEEDS_INTRA = (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)  # before sm90 (850)
+SPEEDS_INTRA_SM90 = (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0)  # sm90 and later (855)
 # treeCorrectionFactor[protocol][log2(nBytes / 64)] for 64 B .. 256 MiB (tuning.cc 412-416)
 TREE_CORRECTION = (
     (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
