@@ -10,6 +10,7 @@ test is a strict xfail that names the missing term, so that a fix shows up as an
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,23 @@ def test_every_published_point_has_a_prediction() -> None:
     rows = reference.published_comparison()
     assert len(rows) == len(reference.published_records())
     assert all(r["predicted_s"] > 0 and r["library"] == "nccl" for r in rows)
+
+
+def test_bench_published_summarises_every_point_by_regime(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_published", Path(reference.__file__).parents[2] / "bench" /
+                                                  "bench_published.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    res = bench.measure()
+    assert list(res["systems"]) == reference.published_systems()
+    for name, s in res["systems"].items():
+        errors = [e for _, e in _errors(name)]
+        bw = s["regimes"]["bandwidth (>= 1 GiB)"]
+        assert bw["points"] == len(errors) and bw["max_abs_error"] == pytest.approx(max(abs(e) for e in errors))
+        assert sum(r["points"] for r in s["regimes"].values()) == sum(
+            1 for r in reference.published_comparison(name) if math.isfinite(r["busbw_error"]))
+    assert bench.main(["--system", "no such system"]) == 2
+    assert "commscope: error: unknown published system 'no such system'" in capsys.readouterr().err
