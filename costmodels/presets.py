@@ -262,6 +262,17 @@ _preset(
         "(Ring, LL); gamma: H100"
     ),
 )
+_preset(
+    name="NVLink-H100-ring",
+    link="nvlink",
+    **NCCL_H100,
+    alpha=NCCL_LL_LATENCY_NVLINK,
+    beta=1 / (18 * 20.6 * GB),
+    gamma=GAMMA_H100,
+    description="NVLink 4.0 of H100 with NVLink SHARP off (NCCL_NVLS_ENABLE=0): NCCL runs ring and tree only",
+    source="as NVLink-H100, with nvls=False: what NCCL_NVLS_ENABLE=0 leaves (the switches' in-network reduction "
+           "unused)",
+)
 # ------------------------------------------------------------------------------ two levels
 
 

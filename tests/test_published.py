@@ -96,3 +96,18 @@ def test_bench_published_summarises_every_point_by_regime(capsys: pytest.Capture
             1 for r in reference.published_comparison(name) if math.isfinite(r["busbw_error"]))
     assert bench.main(["--system", "no such system"]) == 2
     assert "commscope: error: unknown published system 'no such system'" in capsys.readouterr().err
+
+
+def test_h200_nccl_tests_table_each_collective() -> None:
+    # the same node's nccl-tests at 16 GiB: NCCL's NVLS graph for the all-reduce (8 channels x 40 GB/s = 320 GB/s
+    # bus, algBw 5/6 x 320 = 266.7 -> nccl-tests busbw 266.7 x 14/8 = 466.7 against 480.0); ring for the rest,
+    # at the 18 x 20.6 = 370.8 GB/s of NVLink that NCCL models (367.2, 361.4 and 362.9 measured)
+    want = {"8xH200 nccl-tests allreduce NVLS (stas00)": ("nvls", 466.7),
+            "8xH200 nccl-tests allreduce ring (stas00)": ("ring", 370.8),
+            "8xH200 nccl-tests allgather (stas00)": ("ring", 370.8),
+            "8xH200 nccl-tests reduce_scatter (stas00)": ("ring", 370.8)}
+    for system, (algorithm, busbw) in want.items():
+        (row,) = reference.published_comparison(system)
+        assert row["algorithm"] == algorithm and row["bytes"] == 2**34
+        assert row["predicted_busbw_GBps"] == pytest.approx(busbw, rel=0.002)  # latency: < 0.2% at 16 GiB
+        assert abs(row["busbw_error"]) < 0.03

@@ -12,7 +12,8 @@ sharing cores with their communication (measured on the same host after the run,
 running: its load averages are in the file; ``tools/repredict_validation.py`` predicted the run again with it).
 
 ``published/`` holds collective measurements published by others (nccl-tests tables and benchmark posts on
-8x A100, 8x H200, 2 x 8 H100 and PCIe GPUs without peer-to-peer), transcribed with their sources in
+8x A100, 8x H200 (all-reduce with and without NVLS, all-gather, reduce-scatter), 2 x 8 H100 and PCIe GPUs
+without peer-to-peer), transcribed with their sources in
 ``sources.json`` and turned into records (``origin: published``, with the citation and the commscope
 environment that describes the system) by ``tools/make_published_records.py``; :func:`published_comparison`
 puts the environment's library prediction beside each.
