@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -473,24 +474,122 @@ def test_teardown_after_a_setup_failure(monkeypatch: pytest.MonkeyPatch, netadmi
     assert ours() == []
 
 
+def test_a_signal_during_teardown_is_held_then_delivered(monkeypatch: pytest.MonkeyPatch, netadmin: Path) -> None:
+    """Ctrl-C or SIGTERM while a cluster is torn down neither cuts the teardown short nor is lost: each arrives
+    once every namespace is gone. (They were ignored: a Ctrl-C during the teardown of the host-ceiling probe
+    cluster, which is built like this one, was dropped and the command then ran to its end.)"""
+    from runners.measure.emulate import namespaces
+
+    real, sent = namespaces._run, []
+
+    def run(argv: list[str], what: str, *args: object, **kwargs: object) -> subprocess.CompletedProcess:
+        if what == "deleting the namespaces":
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGINT):
+                os.kill(os.getpid(), sig)
+                sent.append(sig)
+        return real(argv, what, *args, **kwargs)
+
+    monkeypatch.setattr(namespaces, "_run", run)
+    terms: list[int] = []
+    old = signal.signal(signal.SIGTERM, lambda signum, frame: terms.append(signum))
+    try:
+        probe = em.EmulatedCluster(2, 1, None, em.require_tools())
+        probe._build(None, None)
+        assert len(ours()) == 3
+        with pytest.raises(KeyboardInterrupt):
+            probe.close()
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert len(sent) == 3 and terms == [signal.SIGTERM]  # each held signal delivered once, after the teardown
+    assert ours() == []
+
+
+# what the nodes of the SIGINT/SIGKILL tests run: say which node and process they are, then become ``sleep``
+SAY_AND_SLEEP = 'echo "node $COMMSCOPE_NODE_RANK pid $$"; exec sleep {seconds}'
+
+
+def _started_nodes(proc: subprocess.Popen, nodes: int, timeout: float) -> list[int]:
+    """The pids of the nodes' ``sleep``, once every node of the emulator ``proc`` (running SAY_AND_SLEEP, its
+    stdout a pipe) has said it started and each of them is ``sleep`` in the node namespace
+    ``cs<proc.pid>-<k>-n<i>`` of one cluster. The nodes are found by what they say, not by the first namespaces
+    that appear: the emulator's set-up runs helpers in namespaces of the same names (the host-ceiling probe
+    cluster ``-0-`` with a fresh cache, the link settings, the start-up rate check). Fails the test (after
+    killing the emulator) when that does not happen within ``timeout`` seconds."""
+    import select
+
+    assert proc.stdout is not None
+    fd, buf, said = proc.stdout.fileno(), b"", {}
+    deadline = time.monotonic() + timeout
+    while len(said) < nodes and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(fd, 4096) if ready else b""
+        if ready and not chunk:
+            break  # the emulator ended
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            if m := re.fullmatch(rb"\[node (\d+)\] node \1 pid (\d+)", line):  # forwarded with the [node i] prefix
+                said[int(m[1])] = int(m[2])
+    ip = em.require_tools()["ip"]
+    cluster: set[str] = set()
+    for node, pid in sorted(said.items()):
+        while time.monotonic() < deadline and _comm(pid) != "sleep":
+            time.sleep(0.01)
+        where = subprocess.run([ip, "netns", "identify", str(pid)], capture_output=True, text=True).stdout.strip()
+        if _comm(pid) == "sleep" and where.startswith(f"cs{proc.pid}-") and where.endswith(f"-n{node}"):
+            cluster.add(where.rsplit("-", 1)[0])
+    if sorted(said) != list(range(nodes)) or len(cluster) != 1:
+        proc.kill()
+        out, err = proc.communicate(timeout=30)
+        pytest.fail(f"the nodes did not start in one emulated cluster within {timeout:g} s (said {said}, "
+                    f"clusters {cluster}; exit {proc.returncode}): {buf!r} {out!r} {err!r}")
+    return [said[i] for i in range(nodes)]
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def test_sigint_stops_the_nodes_and_removes_everything(netadmin: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "runners.cli", "emulate", "--nodes", "2", "--rate", "1gbit",
-                             "--", "sleep", "30"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    pids: list[str] = []
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and len(pids) < 2 and proc.poll() is None:
-        pids = [p for i in range(2) for p in subprocess.run(
-            ["ip", "netns", "pids", f"cs{proc.pid}-0-n{i}"], capture_output=True, text=True).stdout.split()]
-        time.sleep(0.05)
-    assert len(pids) == 2, proc.communicate(timeout=10)
+                             "--", "sh", "-c", SAY_AND_SLEEP.format(seconds=30)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    pids = _started_nodes(proc, 2, timeout=60)  # set-up may probe the host first; slower on a loaded host
     start = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=10)
+    try:
+        _, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        held = _holders_of(proc)
+        proc.kill()
+        pytest.fail(f"no exit and end of output within 10 s of SIGINT (emulator exit code {proc.poll()}); its "
+                    f"stdout/stderr pipes held by {held}; output {proc.communicate(timeout=30)}")
     assert time.monotonic() - start < 5
     assert proc.returncode == 130 and "SIGINT" in err
     assert ours(proc.pid) == []
     time.sleep(0.1)
     assert not [p for p in pids if Path(f"/proc/{p}").exists()]
+
+
+def _holders_of(proc: subprocess.Popen) -> list[str]:
+    """The processes (pid, name, fd) other than this one that hold the pipes of ``proc``'s stdout and stderr:
+    ``communicate()`` waits for every one of them to close them, not only for ``proc``."""
+    pipes = {f"pipe:[{os.fstat(f.fileno()).st_ino}]" for f in (proc.stdout, proc.stderr) if f is not None}
+    found = []
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        pid = fd_dir.parent.name
+        if pid == str(os.getpid()):
+            continue
+        try:
+            fds = [fd.name for fd in fd_dir.iterdir() if os.readlink(fd) in pipes]
+        except OSError:
+            continue
+        if fds:
+            found.append(f"{pid} ({_comm(int(pid))}) fd {','.join(fds)}")
+    return found
 
 
 def test_throughput_through_a_200mbit_link(netadmin: Path) -> None:
@@ -555,16 +654,10 @@ def _dead_pid() -> int:
 def test_sigkill_to_emulate_stops_its_nodes_and_the_next_run_removes_its_namespaces(
         capsys: pytest.CaptureFixture[str], netadmin: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "runners.cli", "emulate", "--nodes", "2", "--rate", "1gbit",
-                             "--", "sleep", "60"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
-    pids: list[str] = []
+                             "--", "sh", "-c", SAY_AND_SLEEP.format(seconds=60)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and len(pids) < 2 and proc.poll() is None:
-            pids = [p for i in range(2) for p in subprocess.run(
-                ["ip", "netns", "pids", f"cs{proc.pid}-0-n{i}"], capture_output=True, text=True).stdout.split()]
-            time.sleep(0.05)
-        assert len(pids) == 2, proc.communicate(timeout=10)
+        pids = _started_nodes(proc, 2, timeout=60)
         proc.kill()
         proc.wait(timeout=5)
         left = sorted(ours(proc.pid))
@@ -581,6 +674,8 @@ def test_sigkill_to_emulate_stops_its_nodes_and_the_next_run_removes_its_namespa
     finally:
         if proc.poll() is None:
             proc.kill()
+        for stream in (proc.stdout, proc.stderr):
+            stream.close()  # type: ignore[union-attr]
         for ns in ours(proc.pid):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 

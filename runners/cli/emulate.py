@@ -9,9 +9,12 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Annotated
 
 import typer
+
+FORWARD_DRAIN_S = 2.0  # after the nodes are stopped, how long their last output may take to come through
 
 
 class _Terminated(KeyboardInterrupt):
@@ -90,8 +93,9 @@ def emulate(
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+        end = time.monotonic() + FORWARD_DRAIN_S  # one deadline for all: not 2 s per thread of every node
         for t in threads:
-            t.join(timeout=2.0)
+            t.join(timeout=max(0.0, end - time.monotonic()))
     if code:
         # SystemExit, not typer.Exit: runners.cli.entry.main runs click with standalone_mode=False, where an Exit's
         # code is returned by click and then dropped, so a failing node would end with status 0

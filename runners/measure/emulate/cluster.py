@@ -160,7 +160,9 @@ def emulated_cluster(nodes: int, ranks_per_node: int, rate: str | int | float, d
     netem); options: ``burst`` (bytes of the token bucket), ``master_port``, ``reprobe`` (measure the host
     ceiling again), ``measure_ceiling`` (False: skip it), ``congestion_control`` (the nodes' TCP congestion
     control, default reno), ``verify_rate`` (False: skip the start-up rate check), ``warn`` (callable for
-    warnings or None)::
+    warnings or None). After a block that ends normally the links' drops and retransmissions are reported
+    (:func:`_report_counters`); one that raises (Ctrl-C, SIGTERM, an error) has the nodes stopped and the
+    namespaces removed at once::
 
         with emulated_cluster(2, 1, "200mbit") as c:
             procs = c.run([sys.executable, "train.py"])   # one Popen per node
@@ -169,11 +171,13 @@ def emulated_cluster(nodes: int, ranks_per_node: int, rate: str | int | float, d
     cluster = create_cluster(nodes, ranks_per_node, rate, delay, mtu, **options)
     try:
         yield cluster
+    except BaseException:
+        cluster.close()  # interrupted (Ctrl-C, SIGTERM) or failed: stop the nodes now, no counters of a cut run
+        raise
+    try:
+        _report_counters(cluster, options.get("warn", _stderr_warning))
     finally:
-        try:
-            _report_counters(cluster, options.get("warn", _stderr_warning))
-        finally:
-            cluster.close()
+        cluster.close()
 
 
 def _report_counters(cluster: EmulatedCluster, warn: Callable[[str], None] | None) -> None:

@@ -230,17 +230,26 @@ def _kill_group(proc: subprocess.Popen, sig: int) -> None:
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
-    """Ignore SIGINT and SIGTERM while tearing down (main thread only), so a second Ctrl-C cannot leave
-    half of the namespaces behind."""
+    """Hold SIGINT and SIGTERM while tearing down (main thread only): one that arrives meanwhile is delivered
+    when the teardown is done. So a second Ctrl-C cannot leave half of the namespaces behind, and a first one is
+    not lost either (ignoring it, as before, dropped a Ctrl-C that came during the teardown of the host-ceiling
+    probe or of a failed set-up: the command then ran to its end)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    held: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        held.append(signum)
+
+    old = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+        for s in dict.fromkeys(held):
+            signal.raise_signal(s)  # to the handler that was in place: KeyboardInterrupt, commscope's, or default
 
 
 def list_namespaces() -> list[str]:
