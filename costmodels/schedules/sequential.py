@@ -310,7 +310,8 @@ for _entry in (
     Schedule("wfbp", "each layer's gradient all-reduced as soon as it is ready and the link is free",
              "Zhang et al., Poseidon (USENIX ATC 2017); Awan et al., S-Caffe (PPoPP 2017)", "allreduce", {}, _wfbp,
              vectorized=_wfbp_kernel),
-    Schedule("fusion", "gradients fused into buckets in ready order (PyTorch DDP: 25 MiB, first bucket 1 MiB)",
+    Schedule("fusion", "gradients fused into buckets in ready order (PyTorch DDP: 25 MiB, first bucket 1 MiB; an "
+                       "explicit bucket_cap_mb caps the first bucket too, torch 2.13)",
              "Li et al., 'PyTorch Distributed', VLDB 2020 (bucketing); Sergeev & Del Balso, Horovod 2018 "
              "(tensor fusion)", "allreduce",
              {"bucket_bytes": DDP_BUCKET_BYTES, "first_bucket_bytes": DDP_FIRST_BUCKET_BYTES}, _fusion,

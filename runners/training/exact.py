@@ -46,7 +46,8 @@ _ENTRIES = (
             "SGD", "exact_allreduce", "BSP", {"flatten": False}),
     ("wfbp", "an asynchronous all-reduce per tensor launched from its gradient hook during backward; wait; SGD",
      "exact_allreduce", "WFBP", {}),
-    ("fusion", "PyTorch DistributedDataParallel (gradient buckets of bucket_cap_mb, the first 1 MiB); SGD",
+    ("fusion", "PyTorch DistributedDataParallel (gradient buckets of bucket_cap_mb, handed to DDP, which then "
+                "caps the first bucket at it too); SGD",
      "exact_allreduce", "Fusion", {"bucket_cap_mb": 25.0, "find_unused_parameters": False}),
     ("mgwfbp", "buckets of MG-WFBP's merge rule for a profile and an environment, each all-reduced when "
                "complete; SGD", "exact_allreduce", "MGWFBP", {"profile": None, "env": "10GbE", "collective": None}),

@@ -6,8 +6,10 @@ Each does what its schedule in :mod:`costmodels.schedules` prices:
   (``flatten=True``: one all-reduce of all gradients flattened); nothing overlaps.
 - ``wfbp``: an asynchronous all-reduce per tensor, launched from its gradient hook as soon as the
   gradient is accumulated: communication overlaps the rest of backward.
-- ``fusion``: ``torch.nn.parallel.DistributedDataParallel`` as it is (its buckets of
-  ``bucket_cap_mb``, the first one 1 MiB), overlapping bucket all-reduces with backward.
+- ``fusion``: ``torch.nn.parallel.DistributedDataParallel`` as it is: its buckets of ``bucket_cap_mb``,
+  all-reduced while backward goes on. The cap is handed to DDP, so the first
+  bucket has it too: torch 2.13 keeps the 1 MiB first bucket only for ``bucket_cap_mb=None``
+  (``_BucketCapacityConfig.create``; tests/test_ddp_buckets.py reads the buckets DDP builds).
 - ``mgwfbp``: the buckets of MG-WFBP's merge rule (``costmodels.schedules.mgwfbp_groups``, the
   function the schedule uses), each flattened and all-reduced asynchronously from the hook of its
   last gradient; communication overlaps the rest of backward.

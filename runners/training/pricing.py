@@ -39,7 +39,10 @@ def schedule_call(technique: str, options: Mapping[str, Any]) -> tuple[str, str 
     opts = {**tech.options, **options}
     sched: dict[str, Any] = dict(tech.schedule_options)
     if tech.schedule == "fusion" and "bucket_cap_mb" in opts:
-        sched["bucket_bytes"] = float(opts["bucket_cap_mb"]) * 2**20
+        # the runner hands bucket_cap_mb to DDP, and an explicit bucket_cap_mb caps the first bucket too (torch
+        # 2.13 torch/nn/parallel/distributed.py, _BucketCapacityConfig.create: the 1 MiB first bucket only when
+        # bucket_cap_mb is left at None); tests/test_training_exact.py checks the buckets DDP builds
+        sched["bucket_bytes"] = sched["first_bucket_bytes"] = float(opts["bucket_cap_mb"]) * 2**20
     elif tech.schedule == "dear" and "buffer_bytes" in opts:
         sched["buffer_bytes"] = opts["buffer_bytes"]
     elif tech.schedule == "zero":
