@@ -33,6 +33,8 @@ These are starting points; ``commscope fit`` (measurement issue) replaces them w
 
 from __future__ import annotations
 
+import dataclasses
+
 from .environment import Environment
 from .registry import Registry
 
@@ -262,17 +264,12 @@ _preset(
         "(Ring, LL); gamma: H100"
     ),
 )
-_preset(
-    name="NVLink-H100-ring",
-    link="nvlink",
-    **NCCL_H100,
-    alpha=NCCL_LL_LATENCY_NVLINK,
-    beta=1 / (18 * 20.6 * GB),
-    gamma=GAMMA_H100,
+PRESETS.register(dataclasses.replace(
+    PRESETS.get("NVLink-H100"), name="NVLink-H100-ring", nvls=False,
     description="NVLink 4.0 of H100 with NVLink SHARP off (NCCL_NVLS_ENABLE=0): NCCL runs ring and tree only",
-    source="as NVLink-H100, with nvls=False: what NCCL_NVLS_ENABLE=0 leaves (the switches' in-network reduction "
-           "unused)",
-)
+    source="NVLink-H100 with nvls=False, what NCCL_NVLS_ENABLE=0 leaves (the switches' in-network reduction unused). "
+           + PRESETS.get("NVLink-H100").source,
+))
 # ------------------------------------------------------------------------------ two levels
 
 
