@@ -1,0 +1,202 @@
+"""Issue 16 diagnostics on an emulated cluster (needs root and iproute2): what gloo ranks sharing 2 cores really do
+when communication overlaps computation.
+
+    python bench/bench_overlap_diagnostics.py [--rate 1gbit] [--nodes 2] [--ranks-per-node 2] [--repeats 2] [--json]
+
+Each experiment runs under ``commscope emulate`` (torchrun in every node, gloo, one thread per rank), and is
+repeated ``--repeats`` times; medians are over a run's iterations on rank 0, and the report gives each
+repetition's, so their spread shows:
+
+* ``interference``: an 8 MiB all-reduce alone and beside a matmul loop on every rank (kappa_m = slowdown of
+  the all-reduce - 1), and the matmul rate alone and during the all-reduce (kappa_c = rate ratio - 1);
+* ``buckets``: the buckets PyTorch DDP all-reduces for gpt_wide (the validation's transformer, 23 MB of
+  gradients), timed by a comm hook, with ``bucket_cap_mb=25`` as the runner passes it: their sizes and when
+  each is launched, against the end of backward;
+* ``two_groups``: gpt_wide's LM head (8.4 MB) all-reduced from its gradient hook while backward goes on and
+  the rest after backward, against one flattened all-reduce after backward: iteration time to the last byte.
+
+``--json`` writes bench/results/bench_overlap_diagnostics.json. Exit code 2 with one line on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+EXPERIMENTS = ("interference", "buckets", "two_groups")
+ITERS, WARMUP = 8, 2
+
+
+# ------------------------------------------------------------------------------------------- rank side
+def _gpt_wide() -> Any:
+    import torch
+
+    from runners.training.zoo.networks import GPTSmall
+
+    torch.manual_seed(0)
+    return GPTSmall(8192, 32, 256, 2, 4, 4)  # the zoo's gpt_wide options (runners/training/zoo/networks.py)
+
+
+def _interference(dist: Any, torch: Any) -> dict[str, Any]:
+    buf, a = torch.ones(2**21), torch.randn(192, 192)  # 8 MiB of fp32
+
+    def spin(seconds: float) -> float:
+        end, k, t0 = time.perf_counter() + seconds, 0, time.perf_counter()
+        while time.perf_counter() < end:
+            torch.mm(a, a)
+            k += 1
+        return k / (time.perf_counter() - t0)
+
+    dist.barrier()
+    rate_alone = spin(0.5)
+    alone, beside, rate_during = [], [], []
+    for _ in range(ITERS):
+        dist.barrier()
+        t = time.perf_counter()
+        dist.all_reduce(buf)
+        alone.append(time.perf_counter() - t)
+        dist.barrier()
+        t, k = time.perf_counter(), 0
+        work = dist.all_reduce(buf, async_op=True)
+        while not work.is_completed():
+            torch.mm(a, a)
+            k += 1
+        work.wait()
+        beside.append(time.perf_counter() - t)
+        rate_during.append(k / beside[-1])
+    m = statistics.median
+    return {"allreduce_alone_ms": m(alone) * 1e3, "allreduce_beside_compute_ms": m(beside) * 1e3,
+            "kappa_m": m(beside) / m(alone) - 1, "kappa_c": rate_alone / m(rate_during) - 1}
+
+
+def _buckets(dist: Any, torch: Any) -> dict[str, Any]:
+    import torch.nn.functional as F  # noqa: N812 (the usual name)
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = _gpt_wide()
+    t0, seen = [0.0], []
+
+    def hook(_state, bucket):  # unannotated: DDP checks a hook's annotations, if any, against GradBucket
+        seen.append((bucket.buffer().numel() * 4, (time.perf_counter() - t0[0]) * 1e3))
+        return dist.all_reduce(bucket.buffer().div_(dist.get_world_size()), async_op=True).get_future().then(
+            lambda f: f.value()[0])
+
+    ddp = DistributedDataParallel(model, bucket_cap_mb=25)
+    ddp.register_comm_hook(None, hook)
+    x, y = torch.randint(0, 8192, (8, 32)), torch.randint(0, 8192, (8, 32))
+    rows = []
+    for it in range(ITERS):
+        seen.clear()
+        dist.barrier()
+        t0[0] = time.perf_counter()
+        F.cross_entropy(ddp(x).flatten(0, 1), y.flatten()).backward()
+        if it >= WARMUP:
+            rows.append(list(seen))
+    return {"bucket_bytes": [b for b, _ in rows[-1]],
+            "launch_ms": [statistics.median(r[i][1] for r in rows) for i in range(len(rows[-1]))]}
+
+
+def _two_groups(dist: Any, torch: Any) -> dict[str, Any]:
+    import torch.nn.functional as F  # noqa: N812 (the usual name)
+
+    model = _gpt_wide()
+    head = model.head.weight
+    pending: list[Any] = []
+    early = [False]
+    head.register_post_accumulate_grad_hook(
+        lambda p: pending.append(dist.all_reduce(p.grad, async_op=True)) if early[0] else None)
+    x, y = torch.randint(0, 8192, (8, 32)), torch.randint(0, 8192, (8, 32))
+    out: dict[str, Any] = {}
+    for mode in ("head_first", "flattened", "head_first", "flattened"):
+        early[0] = mode == "head_first"
+        times, backward = [], []
+        for it in range(ITERS):
+            pending.clear()
+            dist.barrier()
+            t0 = time.perf_counter()
+            F.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+            tb = time.perf_counter() - t0
+            rest = [p.grad.flatten() for p in model.parameters() if not (early[0] and p is head)]
+            dist.all_reduce(torch.cat(rest))
+            for w in pending:
+                w.wait()
+            if it >= WARMUP:
+                times.append((time.perf_counter() - t0) * 1e3)
+                backward.append(tb * 1e3)
+            model.zero_grad()
+        out.setdefault(mode, []).append({"iteration_ms": statistics.median(times),
+                                         "backward_ms": statistics.median(backward)})
+    return out
+
+
+def rank_side(experiment: str) -> int:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    res = {"interference": _interference, "buckets": _buckets, "two_groups": _two_groups}[experiment](dist, torch)
+    if dist.get_rank() == 0:
+        print("RESULT " + json.dumps(res), flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- host side
+def run(experiment: str, rate: str, nodes: int, ranks_per_node: int) -> dict[str, Any]:
+    node = ('exec "$0" -m torch.distributed.run --nnodes "$COMMSCOPE_NNODES" --nproc-per-node '
+            '"$COMMSCOPE_NPROC_PER_NODE" --node-rank "$COMMSCOPE_NODE_RANK" --master-addr "$MASTER_ADDR" '
+            '--master-port "$MASTER_PORT" "$1" --rank-side "$2"')
+    cmd = [sys.executable, "-m", "runners.cli", "emulate", "--nodes", str(nodes), "--ranks-per-node",
+           str(ranks_per_node), "--rate", rate, "--", "sh", "-c", node, sys.executable, str(Path(__file__).resolve()),
+           experiment]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    lines = [ln.split("RESULT ", 1)[1] for ln in done.stdout.splitlines() if "RESULT " in ln]
+    if done.returncode or not lines:
+        raise RuntimeError(f"{experiment} failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
+    return json.loads(lines[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rank-side", choices=EXPERIMENTS, help=argparse.SUPPRESS)
+    ap.add_argument("--rate", default="1gbit")
+    ap.add_argument("--nodes", type=int, default=2)
+    ap.add_argument("--ranks-per-node", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--only", choices=EXPERIMENTS, action="append", help="run only these (default: all)")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    if a.rank_side:
+        return rank_side(a.rank_side)
+    if a.nodes < 1 or a.ranks_per_node < 1 or a.nodes * a.ranks_per_node < 2 or a.repeats < 1:
+        print(f"commscope: error: need at least 2 ranks and 1 repeat, got --nodes {a.nodes} --ranks-per-node "
+              f"{a.ranks_per_node} --repeats {a.repeats}", file=sys.stderr)
+        return 2
+    out: dict[str, Any] = {"rate": a.rate, "nodes": a.nodes, "ranks_per_node": a.ranks_per_node,
+                           "iterations": ITERS, "warmup": WARMUP, "runs": {}}
+    try:
+        for exp in a.only or EXPERIMENTS:
+            out["runs"][exp] = [run(exp, a.rate, a.nodes, a.ranks_per_node) for _ in range(a.repeats)]
+            print(exp, json.dumps(out["runs"][exp]), flush=True)
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        print(f"commscope: error: {exc}", file=sys.stderr)
+        return 2
+    if a.json:
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "bench_overlap_diagnostics.json").write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
