@@ -62,3 +62,18 @@ def test_a_run_of_fusion_is_priced_with_its_first_bucket_at_the_cap() -> None:
     assert schedule == "fusion" and opts["bucket_bytes"] == opts["first_bucket_bytes"] == 4 * 2**20
     _, _, default = schedule_call("fusion", {})  # the runner's default, 25 MiB, is handed to DDP explicitly too
     assert default["bucket_bytes"] == default["first_bucket_bytes"] == 25 * 2**20
+
+
+def test_overlap_diagnostics_bench_refuses_a_single_rank(capsys) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "bench_overlap_diagnostics.py"
+    spec = importlib.util.spec_from_file_location("bench_overlap_diagnostics", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--nodes", "1", "--ranks-per-node", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["commscope: error: need at least 2 ranks and 1 repeat, got --nodes 1 --ranks-per-node 1 "
+                   "--repeats 2"]
