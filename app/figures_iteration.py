@@ -20,7 +20,8 @@ METRIC_LABELS = {"iteration_time_s": "iteration time", "throughput": "throughput
 STREAM_LABELS = {"compute": "compute", "comm": "communication"}
 KIND_COLORS = {
     "forward": "#4C78A8", "backward": "#72B7B2", "allreduce": "#E45756", "reduce_scatter": "#F58518",
-    "allgather": "#B279A2", "all_to_all": "#9D755D",
+    "allgather": "#B279A2", "all_to_all": "#9D755D", "optimizer": "#54A24B", "issue": "#FF9DA6",
+    "copy": "#BAB0AC",  # memory passes over the gradients (flat-buffer copies, the averaging)
 }
 PART_COLORS = {"forward": "#4C78A8", "backward": "#72B7B2", "compression (encode)": "#EECA3B",
                "exposed communication": "#E45756"}

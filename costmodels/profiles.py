@@ -82,6 +82,12 @@ class Layer:
             object.__setattr__(self, "shape", tuple(dims))
 
 
+OPTIMIZER_STREAMS = {"sgd": 3, "momentum": 5, "adam": 7, "adamw": 7}
+"""Bytes streamed per gradient byte by an optimizer step (derived here, fp32 state of the gradient's size):
+SGD reads p and g and writes p (3); SGD with momentum also reads and writes its buffer (5); Adam(W) reads p,
+g, m, v and writes p, m, v (7)."""
+
+
 @dataclass(frozen=True)
 class ModelProfile:
     """Layers of a model in forward execution order, with where the numbers came from.
@@ -132,6 +138,11 @@ class ModelProfile:
         if not isinstance(self.metadata, Mapping):
             raise CommscopeError(f"{where}: metadata must be an object (name: value), got {self.metadata!r}")
         object.__setattr__(self, "metadata", dict(self.metadata))
+        measured = self.metadata.get("pass_s_per_byte")
+        if measured is not None and (isinstance(measured, bool) or not isinstance(measured, (int, float))
+                                     or not math.isfinite(measured) or measured < 0):
+            raise CommscopeError(f"{where}: metadata pass_s_per_byte must be a finite number >= 0 (seconds per "
+                                 f"gradient byte of one memory pass), got {measured!r}")
 
     # ----------------------------------------------------------------- totals
     @property
@@ -159,6 +170,23 @@ class ModelProfile:
     def optimizer_s(self) -> float:
         """Time of the whole optimizer step on one worker (0 when the profile does not say)."""
         return sum(x.optimizer_s for x in self.layers)
+
+    @property
+    def pass_s_per_byte(self) -> float:
+        """Seconds per gradient byte of one memory pass (every byte read and written once: a copy, or a scaling
+        in place), the work of the gradient copies and the averaging the techniques run around their messages.
+
+        Measured where ``metadata['pass_s_per_byte']`` gives it. Otherwise derived here from the optimizer
+        step U, which streams the gradient bytes S times (:data:`OPTIMIZER_STREAMS`: plain SGD, p -= lr g,
+        reads p and g and writes p, S = 3) where a pass streams them twice: both memory-bound, a pass takes
+        2 U / (S x gradient bytes) per byte. ``metadata['optimizer']`` names the step (default ``sgd``).
+        0 where the profile has no optimizer step or no gradient bytes.
+        """
+        measured = self.metadata.get("pass_s_per_byte")
+        if measured is not None:  # checked when the profile was made
+            return float(measured)
+        streams = OPTIMIZER_STREAMS.get(str(self.metadata.get("optimizer", "sgd")).lower(), OPTIMIZER_STREAMS["sgd"])
+        return 2.0 * self.optimizer_s / (streams * self.grad_bytes) if self.grad_bytes > 0 else 0.0
 
     def __len__(self) -> int:
         return len(self.layers)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,12 @@ THREE = profile("three", (1000.0, 1, 2), (2000.0, 2, 4), (3000.0, 3, 6))  # c = 
 
 def hand(schedule: str, prof: cm.ModelProfile, env: cm.Environment, **options) -> cm.IterationResult:
     return cm.simulate(prof, env, 2, schedule, collective="ring_allreduce", **options)
+
+
+def no_passes(prof: cm.ModelProfile) -> cm.ModelProfile:
+    """The profile with gradient passes measured at 0 s/B, so that o and U are placed alone (the passes'
+    own hand examples: tests/test_gradient_passes.py)."""
+    return replace(prof, metadata={**prof.metadata, "pass_s_per_byte": 0.0})
 
 
 def spans(r: cm.IterationResult, stream: str = "comm") -> list[tuple[str, float, float]]:
@@ -84,7 +91,7 @@ def test_bsp_overhead_and_optimizer_by_hand() -> None:
     # BSP issues after backward (18 ms) one blocking all-reduce at a time from the training thread, o = 1 ms each:
     # issue 18-19, l2 19-24; issue 24-25, l1 25-29; issue 29-30, l0 30-33; then the optimizer step (3 ms): 36 ms.
     # Nothing overlaps compute, so interference changes nothing.
-    prof = THREE.with_optimizer(3 * MS)
+    prof = no_passes(THREE.with_optimizer(3 * MS))
     r = hand("bsp", prof, ENV.with_(host_overhead=1 * MS))
     assert spans(r) == [("l2", 19, 24), ("l1", 25, 29), ("l0", 30, 33)]
     assert r.iteration_time == pytest.approx(36 * MS, rel=1e-12)
@@ -114,14 +121,14 @@ def test_dear_by_hand() -> None:
     # The optimizer step per module, right before its forward (dopt_rsag.py): 1 ms each. l0's step and forward
     # (3 ms) beside AG l1 (2 ms): the AG ends at 4, the 1 ms left runs alone to 5; l1's step and forward 5-8;
     # backward l1 8-12, RS l1 12-16 beside l0's backward, which ends at 18; RS l0 18-20; AG l0 20-22.
-    r = hand("dear", two.with_optimizer(2 * MS), ENV.with_(kappa_c=1.0, kappa_m=1.0), buffer_bytes=3000)
+    r = hand("dear", no_passes(two.with_optimizer(2 * MS)), ENV.with_(kappa_c=1.0, kappa_m=1.0), buffer_bytes=3000)
     assert r.iteration_time == pytest.approx(22 * MS, rel=1e-12)
     assert [e.label for e in r.timeline.on("compute") if e.kind == "optimizer"] == ["l0", "l1"]
 
 
 def test_sharded_optimizer_step_is_a_shard_of_it() -> None:
     # ZeRO and FSDP update 1/p of the parameters: with p = 2 an optimizer time of 4 ms costs 2 ms.
-    prof = THREE.with_optimizer(4 * MS)
+    prof = no_passes(THREE.with_optimizer(4 * MS))
     for schedule in ("zero", "fsdp"):
         base = hand(schedule, THREE, ENV).iteration_time
         assert hand(schedule, prof, ENV).iteration_time == pytest.approx(base + 2 * MS, rel=1e-12)

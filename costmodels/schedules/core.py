@@ -159,6 +159,12 @@ class Configurations:
         return np.where(self.p > 1, self.env.host_overhead, 0.0)
 
     @cached_property
+    def pass_time(self) -> np.ndarray:
+        """Seconds per byte of one memory pass over gradient bytes (:attr:`ModelProfile.pass_s_per_byte`), (C, 1):
+        0 where p = 1 (nothing is sent, so nothing is flattened or averaged)."""
+        return np.where(self.p > 1, self.prof.pass_s_per_byte, 0.0)
+
+    @cached_property
     def ready(self) -> np.ndarray:
         """Each layer's gradient-ready time (forward, then backward from the last layer), shape (M,)."""
         bwd = np.array(self.prof.column("backward_s"))

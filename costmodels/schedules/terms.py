@@ -24,6 +24,16 @@ gives the schedule's own recurrences (tested to 1e-12). Placements, and their so
 Interference slows a compute task while any message (ps: a push or a pull) is in flight, by the same
 1 + kappa_c; the optimizer step is compute.
 
+**Memory passes over the gradients** (host work on the training thread, each q = ``pass_s_per_byte`` of the
+profile per byte: :attr:`.core.Configurations.pass_time`, 0 where p = 1), as the runners and the frameworks
+do them: bsp divides every gradient by p before the step (one pass; ``flatten``: ``torch.cat`` at the issue
+and the copy back too, three); wfbp and MG-WFBP divide likewise, and MG-WFBP copies each group of several
+tensors into a flat buffer at its issue; DDP (``reducer.cpp``: ``mark_variable_ready_dense`` scales each
+gradient into its bucket with ``mul_out``, ``finalize_bucket_dense`` copies the bucket back unless
+``gradient_as_bucket_view``) pays a pass over a bucket's bytes at its issue and one over all the gradients
+before the step. With q = 0 (a profile without an optimizer step, or ``pass_s_per_byte`` measured 0) every
+graph is the one without them.
+
 How the terms enter the recurrences (derived here, with :mod:`.engine`'s pair rule): bsp and local SGD
 stay closed (bsp: T = F + B + sum_j (o + t_j) + U; local SGD: T = F + B + U + (o + t)/H). In WFBP,
 fusion and MG-WFBP, o only moves readiness, r_j = F + sum of the backward and the o's before message j,
@@ -81,7 +91,7 @@ def run_graph(g: Graph, cfg: Configurations, record: bool, optimizer: Any, **det
         end, starts, ends = run_one(f, float(kc[0]), float(km[0]))
         time, evs = np.array([end]), events(f, starts, ends)
         sends = int(cfg.p.reshape(-1)[0]) > 1  # p = 1 sends nothing: no messages on the timeline
-        evs = [e for e in evs if (e.kind not in ("issue", "optimizer") or e.end > e.start)
+        evs = [e for e in evs if (e.kind not in ("issue", "optimizer", "copy") or e.end > e.start)
                and (sends or e.stream == "compute")]
     else:
         f = g.freeze(merge=True)
@@ -90,19 +100,35 @@ def run_graph(g: Graph, cfg: Configurations, record: bool, optimizer: Any, **det
                                 "optimizer_s": np.broadcast_to(np.asarray(optimizer, float), time.shape).copy()})
 
 
+def passes_before_step(g: Graph, cfg: Configurations, passes: float, dep: Any, label: str) -> None:
+    """``passes`` memory passes over all gradient bytes on the training thread once ``dep`` has ended, right
+    before the optimizer step (copies out of a flat buffer, the averaging division): passes x q x N, host work
+    (:attr:`Configurations.pass_time`)."""
+    g.add("compute", HOST, passes * cfg.pass_time * float(cfg.nbytes.sum()), KEY_END - 0.5, dep=dep,
+          labels=("copy", label))
+
+
 def messages_in_order(cfg: Configurations, groups: list[list[int]], times: np.ndarray, record: bool,
-                      kind: str = "allreduce", after_backward: bool = False, **details: Any) -> TermsRun:
+                      kind: str = "allreduce", after_backward: bool = False, copy_in: Any = 0.0,
+                      passes_after: float = 0.0, after_label: str = "", **details: Any) -> TermsRun:
     """Messages of ``groups`` (backward order) on one link, each issued (o on the compute stream) after the
-    backward of its last gradient, or all after backward (``after_backward``: BSP); then the optimizer step."""
+    backward of its last gradient, or all after backward (``after_backward``: BSP); then the optimizer step.
+    ``copy_in`` (a number, or one per group): memory passes over a group's bytes its issue makes (copying the
+    gradients into a flat buffer); ``passes_after``: passes over all gradient bytes before the step
+    (``after_label`` names them)."""
     prof = cfg.prof
     n, names = len(prof), [x.name for x in prof.layers]
     g = Graph(len(cfg.p))
     compute_stream(g, cfg)
     nbytes = np.array(cfg.prof.column("grad_bytes"))
+    sizes = np.array([nbytes[x].sum() for x in groups])
     keys = (2.0 * n + np.arange(len(groups)) if after_backward else np.array([after(min(x), n) for x in groups]))
-    issue = g.add("compute", HOST, cfg.overhead, keys, labels=[("issue", group_label(names, x)) for x in groups])
+    issue = g.add("compute", HOST, cfg.overhead + cfg.pass_time * np.asarray(copy_in, float) * sizes, keys,
+                  labels=[("issue", group_label(names, x)) for x in groups])
     sent = g.add("comm", COMM, times, np.arange(len(groups)), dep=issue,
-                 labels=[(kind, group_label(names, x)) for x in groups], nbytes=[nbytes[x].sum() for x in groups])
+                 labels=[(kind, group_label(names, x)) for x in groups], nbytes=sizes)
+    if passes_after:
+        passes_before_step(g, cfg, passes_after, sent[-1], after_label)
     g.add("compute", COMPUTE, prof.optimizer_s, KEY_END, dep=sent[-1], labels=("optimizer", "step"))
     return run_graph(g, cfg, record, prof.optimizer_s, **details)
 
@@ -112,7 +138,8 @@ def _per_tensor(cfg: Configurations, collective: str | None, record: bool, param
     n = len(cfg.prof)
     groups = [[i] for i in range(n - 1, -1, -1)]
     times = cfg.comm("allreduce", collective, params)(cfg.nbytes[::-1][None, :])
-    return messages_in_order(cfg, groups, times, record, after_backward=after_backward,
+    return messages_in_order(cfg, groups, times, record, after_backward=after_backward, passes_after=1.0,
+                             after_label="gradients averaged",
                              messages=n if int(cfg.p.max()) > 1 else 0)
 
 
@@ -130,9 +157,11 @@ def _bsp(cfg: Configurations, collective: str | None, record: bool, *, flatten: 
     compute_stream(g, cfg)
     j, label = np.arange(len(groups)), [group_label(names, x) for x in groups]
     sent = g.size + len(groups) + j  # the messages' ids: added right after the issues
-    g.add("compute", HOST, cfg.overhead, 2.0 * n + j, dep=np.where(j > 0, sent - 1, -1),
-          labels=[("issue", x) for x in label])
+    g.add("compute", HOST, cfg.overhead + (cfg.pass_time * sizes if flatten else 0.0), 2.0 * n + j,
+          dep=np.where(j > 0, sent - 1, -1), labels=[("issue", x) for x in label])
     g.add("comm", COMM, times, j, dep=sent - len(groups), labels=[("allreduce", x) for x in label], nbytes=sizes[0])
+    passes_before_step(g, cfg, 2.0 if flatten else 1.0, sent[-1],
+                       "flat buffer to gradients, averaged" if flatten else "gradients averaged")
     g.add("compute", COMPUTE, prof.optimizer_s, KEY_END, dep=sent[-1], labels=("optimizer", "step"))
     return run_graph(g, cfg, record, prof.optimizer_s, messages=len(groups) if int(cfg.p.max()) > 1 else 0)
 
@@ -147,7 +176,8 @@ def _fusion(cfg: Configurations, collective: str | None, record: bool, *, bucket
     first = _bytes_option("first_bucket_bytes", first_bucket_bytes)
     groups, sizes = _fusion_buckets(cfg.prof, cap, first)
     times = chained_prices(cfg.comm("allreduce", collective, params), sizes)
-    return messages_in_order(cfg, groups, times, record, buckets=len(groups))
+    return messages_in_order(cfg, groups, times, record, copy_in=1.0, passes_after=1.0,
+                             after_label="buckets to gradients", buckets=len(groups))
 
 
 def mgwfbp_plan(cfg: Configurations, comm: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -191,10 +221,16 @@ def _mgwfbp(cfg: Configurations, collective: str | None, record: bool, **params:
         if close[0, j]:
             groups[j], cur = cur, []
     label = [group_label(names, groups[j]) if j in groups else "" for j in range(n)]
-    issue = g.add("compute", HOST, np.where(close, cfg.overhead, 0.0), [after(i, n) for i in back],
-                  labels=[("issue", x) if x else ("", "") for x in label])
+    # a group of several tensors is copied into a flat buffer at its issue (one pass over its bytes)
+    at = np.arange(n)
+    last_close = np.maximum.accumulate(np.where(close, at, -1), axis=1)
+    members = np.where(close, at - np.concatenate([np.full((len(close), 1), -1), last_close[:, :-1]], axis=1), 0)
+    copied = np.where(members > 1, size, 0.0)
+    issue = g.add("compute", HOST, np.where(close, cfg.overhead, 0.0) + cfg.pass_time * copied,
+                  [after(i, n) for i in back], labels=[("issue", x) if x else ("", "") for x in label])
     sent = g.add("comm", COMM, times, np.arange(n), dep=issue, nbytes=size[0],
                  labels=[("allreduce", x) if x else ("", "") for x in label])
+    passes_before_step(g, cfg, 1.0, sent[-1], "gradients averaged")
     g.add("compute", COMPUTE, prof.optimizer_s, KEY_END, dep=sent[-1], labels=("optimizer", "step"))
     return run_graph(g, cfg, record, prof.optimizer_s, groups=close.sum(axis=1) if int(cfg.p.max()) > 1 else 0)
 

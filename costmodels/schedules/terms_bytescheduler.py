@@ -13,7 +13,9 @@ over ``ITERATIONS`` iterations as ``overlap._bytescheduler`` does, all configura
   ``_sgd(p)``, then the lock is released) and the layer's forward pre-hook waits on that lock. The update
   is GPU work on the compute stream, queued behind the kernels already issued; placing it just before
   the layer's forward is exact when the stream waits for the lock, and otherwise moves it later within
-  the same stream (an approximation: the same work, possibly slotted into the previous backward);
+  the same stream (an approximation: the same work, possibly slotted into the previous backward); the update
+  divides the parameter's gradient by p first (``runners/training/exact_bytescheduler.py``): a memory pass
+  over its bytes (``ModelProfile.pass_s_per_byte``) added to the layer's step;
 * the link: when free, it takes the ready partitions of highest priority within the credit (the
   batch); the communication thread, which issues every partition (o each, serial with its own launches,
   not with compute: Peng et al., SOSP 2019, Sec. 4, the core's scheduler thread), launches the batch's k
@@ -55,14 +57,18 @@ def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partit
     kc, km = cfg.env.kappa_c.reshape(-1), cfg.env.kappa_m.reshape(-1)
     # the compute stream's tasks, 2n per iteration: forward blocks (optimizer + forward) then backward
     fwd, bwd, opt = (np.array(prof.column(x)) for x in ("forward_s", "backward_s", "optimizer_s"))
+    opt = opt + prof.pass_s_per_byte * nbytes  # each layer's update averages its gradient first (one pass)
     work = np.tile(np.concatenate([opt + fwd, bwd[::-1]]), ITERATIONS)
     total = price.sum(axis=1)
+    alone = cfg.p[:, 0] == 1  # nothing sent: no averaging, compute and the step alone
     details = {"partitions": len(size_of), "partition_bytes": part, "credit_bytes": credit,
                "iterations_simulated": ITERATIONS, "communication_s": total,
-               "host_overhead_s": o * len(size_of), "optimizer_s": np.full(c, prof.optimizer_s)}
+               "host_overhead_s": o * len(size_of),
+               "optimizer_s": np.where(alone, prof.optimizer_s, opt.sum())}
     if not record and integral(size_of, credit):  # the same recurrence with the queue as intervals
         starts = periods(work, n, ITERATIONS, layer_of, size_of, price, o, kc, km, credit)
-        return TermsRun(np.maximum(starts[:, -1] - starts[:, -2], prof.compute_s + prof.optimizer_s), None, details)
+        period = np.maximum(starts[:, -1] - starts[:, -2], prof.compute_s + opt.sum())
+        return TermsRun(np.where(alone, prof.compute_s + prof.optimizer_s, period), None, details)
     bwd_at = n + (n - 1 - layer_of)  # place of each partition's backward within an iteration
     rows = np.arange(c)
     q, rem = np.zeros(c, dtype=np.int64), np.full(c, work[0])  # compute: task index and work left
@@ -129,7 +135,8 @@ def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partit
             over = n_sent[j] == len(size_of)
             comm_iter[j[over]] += 1
             sent[j[over]], n_sent[j[over]] = False, 0
-    period = np.maximum(starts[:, -1] - starts[:, -2], prof.compute_s + prof.optimizer_s)
+    period = np.maximum(starts[:, -1] - starts[:, -2], prof.compute_s + opt.sum())
+    period = np.where(alone, prof.compute_s + prof.optimizer_s, period)
     window = None
     if record:
         lo_t, hi_t = starts[0, -2], starts[0, -1]

@@ -17,6 +17,12 @@ Placements, and their sources:
   pre-forward and pre-backward hooks (after waiting for the unit's own), reduce-scatters from the
   post-backward hook (o each); ``optimizer.step()`` on the sharded parameters (1/p of the optimizer time)
   once backward, whose end waits for the last reduce-scatter, returns.
+
+Memory passes (q per byte, :attr:`.core.Configurations.pass_time`; ``runners/training/exact_sharded.py``): DeAR
+and ZeRO flatten a group into its buffer at the reduce-scatter's issue (a pass over its bytes), ZeRO divides the
+shard by p before the shard's step (1/p of a pass over the gradients), and both copy the gathered parameters
+into place once an all-gather has ended (DeAR before the group's first step, ZeRO after each all-gather).
+FSDP's flat parameters are views: no pass is priced.
 """
 
 from __future__ import annotations
@@ -64,6 +70,8 @@ def dear_graph(cfg: Configurations, groups: list[list[int]], rs: Comm, ag: Comm,
             issue = cs.add(HOST, cfg.overhead, wait, ("issue", labels[j + 1]))
             ag_end[j + 1] = link.add(COMM, t_ag[:, j + 1], issue, ("allgather", labels[j + 1]), sizes[j + 1])
             wait = -1
+        # the gathered group copied into its parameters, before the group's first step
+        wait = cs.add(HOST, cfg.pass_time[:, 0] * sizes[j], wait, ("copy", labels[j]))
         for i in group:
             cs.add(COMPUTE, opt[i], wait, ("optimizer", names[i]))
             cs.add(COMPUTE, fwd[i], label=("forward", names[i]))
@@ -73,7 +81,7 @@ def dear_graph(cfg: Configurations, groups: list[list[int]], rs: Comm, ag: Comm,
         cs.add(COMPUTE, bwd[i], label=("backward", names[i]))
         if i in closes:
             j = closes[i]
-            issue = cs.add(HOST, cfg.overhead, label=("issue", labels[j]))
+            issue = cs.add(HOST, cfg.overhead[:, 0] + cfg.pass_time[:, 0] * sizes[j], label=("issue", labels[j]))
             last_rs = link.add(COMM, t_rs[:, j], issue, ("reduce_scatter", labels[j]), sizes[j])
     issue = cs.add(HOST, cfg.overhead, last_rs, ("issue", labels[0]))  # step(): _bp_barrier
     link.add(COMM, t_ag[:, 0], issue, ("allgather", labels[0]), sizes[0])
@@ -108,16 +116,22 @@ def _zero(cfg: Configurations, collective: Any, record: bool, *, reduce_bucket_s
     reduced = -1
     for b, key in enumerate(hooks):  # at hook b: (overlap_comm) wait for reduction b-1, then issue b
         label = group_label(names, buckets[b])
-        issue = int(g.add("compute", HOST, cfg.overhead, key, reduced if overlap else -1, ("issue", label))[0])
+        issue = int(g.add("compute", HOST, cfg.overhead + cfg.pass_time * sizes[b], key, reduced if overlap else -1,
+                          ("issue", label))[0])
         reduced = int(g.add("comm", COMM, t_rs[:, b:b + 1], b, issue, ("reduce_scatter", label), sizes[b])[0])
         if not overlap:  # the reduction runs on the compute stream: backward goes on once it has ended
             g.add("compute", HOST, 0.0, key + 0.5, reduced)
+    # the shard averaged (one pass over 1/p of the gradient bytes), then the shard's step
+    g.add("compute", HOST, cfg.pass_time * float(cfg.nbytes.sum()) / cfg.p, KEY_END - 0.5, reduced,
+          ("copy", "shard averaged"))
     step = prof.optimizer_s / cfg.p[:, 0]
     g.add("compute", COMPUTE, step[:, None], KEY_END, reduced, ("optimizer", "step (shard)"))
     for j in range(len(ag_sizes)):
         label = f"parameters {j + 1}/{len(ag_sizes)}"
         issue = g.add("compute", HOST, cfg.overhead, KEY_END + 1 + j, labels=("issue", label))
-        g.add("comm", COMM, t_ag[:, j:j + 1], len(buckets) + j, issue, ("allgather", label), ag_sizes[j])
+        gathered = g.add("comm", COMM, t_ag[:, j:j + 1], len(buckets) + j, issue, ("allgather", label), ag_sizes[j])
+        g.add("compute", HOST, cfg.pass_time * ag_sizes[j], KEY_END + 1 + len(ag_sizes) + j, gathered,
+              ("copy", label))  # the gathered parameters copied into place
     return run_graph(g, cfg, record, step, stage="ZeRO-1/2", buckets=len(buckets), overlap_comm=overlap)
 
 
