@@ -182,3 +182,19 @@ def decoupled(collective: Any, who: str = "dear") -> tuple[str | None, str | Non
         raise CommscopeError(f"{what} {', '.join(DECOUPLED)} (or a mapping primitive -> algorithm, or None for "
                              f"the cheapest of each), got {collective!r}")
     return DECOUPLED[collective]
+
+
+def negotiation_time(p: Any, env: Any, partitions_count: int, negotiation: Any) -> Any:
+    """Seconds the scheduler waits before each batch: with ``negotiation``, rank 0's broadcast of the batch (a
+    mask of one byte per partition) at the library's choice of broadcast (the runner's rule,
+    ``runners/training/exact_bytescheduler.py``; Horovod's coordinator likewise negotiates every cycle), else 0."""
+    if not isinstance(negotiation, (bool, np.bool_)):
+        raise CommscopeError(f"negotiation must be True or False, got {negotiation!r}")
+    if np.ndim(p):  # configurations, (C, 1)
+        if not negotiation:
+            return np.zeros(np.shape(p))
+        return np.where(np.asarray(p) > 1, Comm("broadcast", p, env, None, {})(np.array([[float(partitions_count)]])),
+                        0.0)
+    if not negotiation or p <= 1:
+        return 0.0
+    return float(np.asarray(Comm("broadcast", p, env, None, {})(float(partitions_count))).reshape(-1)[0])

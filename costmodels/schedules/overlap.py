@@ -24,7 +24,17 @@ from ..errors import CommscopeError
 from ..messages import Comm
 from ..profiles import ModelProfile
 from ..timeline import Event, Timeline
-from .blocks import DDP_BUCKET_BYTES, _bytes_option, _validated, bounded_buckets, decoupled, partitions, serial_ends
+from .blocks import (
+    DDP_BUCKET_BYTES,
+    _bytes_option,
+    _validated,
+    bounded_buckets,
+    decoupled,
+    negotiation_time,
+    partitions,
+    serial_ends,
+)
+from .bytescheduler_batches import _send_batches
 from .core import SCHEDULES, TERMS, B, C, Configurations, F, IterationResult, Schedule, U, has_terms, simulate
 
 ITERATIONS = 4  # the pattern repeats from the second iteration on; four leave a margin
@@ -207,12 +217,13 @@ def best_dear_buffer(prof: ModelProfile, env: Environment, p: int, collective: s
 
 # ------------------------------------------------------------------------------ ByteScheduler
 def _bytescheduler(prof: ModelProfile, env: Environment, p: int, collective: str | None = None, *,
-                   partition_bytes: Any = 4 * 2**20, credit_bytes: Any = 16 * 2**20, **params: Any
-                   ) -> IterationResult:
+                   partition_bytes: Any = 4 * 2**20, credit_bytes: Any = 16 * 2**20, negotiation: Any = False,
+                   **params: Any) -> IterationResult:
     """ByteScheduler: whenever the link is free, the ready partitions of highest priority, up to
     ``credit_bytes``, are sent; each partition is its own all-reduce (as in ByteScheduler, where every
     partition is a separate communication task), so a batch of k partitions costs the sum of k
-    messages, k latencies included, not one message of their total size."""
+    messages, k latencies included, not one message of their total size. ``negotiation``: each batch is
+    first broadcast by rank 0 (:func:`negotiation_time`)."""
     nbytes, names = _validated(prof, env, p)
     part = _bytes_option("partition_bytes", partition_bytes)
     credit = _bytes_option("credit_bytes", credit_bytes)
@@ -220,6 +231,7 @@ def _bytescheduler(prof: ModelProfile, env: Environment, p: int, collective: str
         raise CommscopeError(f"credit_bytes ({credit:g}) must be at least one partition ({part:g} bytes)")
     comm = Comm("allreduce", p, env, collective, params)
     layer_of, size_of = partitions(nbytes, part)  # priority = layer index (closest to the input first)
+    neg = negotiation_time(p, env, len(size_of), negotiation)
 
     def plan(ready: np.ndarray, link: float) -> tuple[list[Event], np.ndarray, float]:
         events, done = [], np.zeros(len(ready))
@@ -236,6 +248,7 @@ def _bytescheduler(prof: ModelProfile, env: Environment, p: int, collective: str
                     break
                 batch.append(q)
                 total += size_of[q]
+            link += neg  # the batch's negotiation
             dt = float(np.sum(comm(size_of[batch])))  # one all-reduce per partition, back to back
             lo, hi = names[layer_of[batch[0]]], names[layer_of[batch[-1]]]
             events.append(Event("comm", "allreduce", lo if lo == hi else f"{lo}..{hi}", link, link + dt, total))
@@ -247,96 +260,12 @@ def _bytescheduler(prof: ModelProfile, env: Environment, p: int, collective: str
         return events, done, link
 
     return _steady_state("bytescheduler", prof, p, plan, partitions=len(size_of), partition_bytes=part,
-                         credit_bytes=credit)
-
-
-def _frontier(t0: np.ndarray, plateaus: tuple[np.ndarray, np.ndarray], link: np.ndarray) -> np.ndarray:
-    """First partition ready by ``link`` (t0 + ready_after[q] <= link), for every configuration.
-
-    ``plateaus``: (first partition, ready_after) of each run of equal ready_after, which falls with q and
-    ends with -inf. A search on link - t0 finds the run up to rounding; two steps each way on the exact
-    comparison settle it (rounding moves it by at most one run).
-    """
-    start, value = plateaus
-    j = len(value) - np.searchsorted(value[::-1], link - t0, side="right")
-    for _ in range(2):
-        j = j + ~(t0 + value[j] <= link)
-        j = j - ((j > 0) & (t0 + value[np.maximum(j - 1, 0)] <= link))
-    return start[j]
-
-
-def _send_batches(t0: np.ndarray, plateaus: tuple[np.ndarray, np.ndarray], ps: np.ndarray, pp: np.ndarray,
-                  credit: float, link: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One iteration of ByteScheduler's link for every configuration: (link free, end of each partition's batch).
-
-    Gradients are ready from the last partition down (:func:`_frontier`) and a batch
-    takes the ready unsent partitions of lowest index, so within the ready part [f, P) the unsent ones
-    are a stack of intervals [x, e) (the lowest on top): the frontier moving down pushes [f', f) (joined
-    to the top when that is untouched), a batch pops from the top while the credit lasts (``ps``: bytes
-    before each partition, so that [x, e) holds ps[e] - ps[x]; ``pp``: the same of each configuration's
-    prices). Each pop is recorded; pops tile [0, P), so a partition's batch is the pop with the largest
-    start at or below it.
-    """
-    c, parts = pp.shape[0], len(ps) - 1
-    rows = np.arange(c)
-    ready_after = np.repeat(plateaus[1], np.diff(np.append(plateaus[0], parts + 1)))
-    f, depth, left_parts = np.full(c, parts), np.zeros(c, dtype=np.int64), np.full(c, parts)
-    link = link.copy()
-    xt, et = np.zeros(c, dtype=np.int64), np.zeros(c, dtype=np.int64)  # the top interval
-    below_x, below_e = np.zeros((c, 1), dtype=np.int64), np.zeros((c, 1), dtype=np.int64)  # the rest; grows
-    pops: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-
-    def advance(idx: np.ndarray) -> None:
-        """Move the frontier of configurations ``idx`` to the link's time, pushing what became ready."""
-        nonlocal below_x, below_e
-        new = np.minimum(_frontier(t0[idx], plateaus, link[idx]), f[idx])
-        g, new = idx[new < f[idx]], new[new < f[idx]]
-        push = g[~((depth[g] > 0) & (xt[g] == f[g]))]  # else the untouched top interval grows down
-        spill = push[depth[push] > 0]
-        if spill.size:
-            if depth.max() > below_x.shape[1]:
-                below_x, below_e = (np.concatenate([a, np.zeros_like(a)], axis=1) for a in (below_x, below_e))
-            below_x[spill, depth[spill] - 1], below_e[spill, depth[spill] - 1] = xt[spill], et[spill]
-        et[push] = f[push]
-        xt[g], f[g] = new, new
-        depth[push] += 1
-
-    while (left_parts > 0).any():
-        active = np.flatnonzero(left_parts > 0)
-        advance(active)
-        idle = active[depth[active] == 0]
-        if idle.size:  # nothing ready: the link waits for the next gradient (the latest not ready)
-            link[idle] = t0[idle] + ready_after[f[idle] - 1]
-            advance(idle)
-        left, cost, taken, sel = np.full(c, credit), np.zeros(c), [], active
-        while sel.size:  # the batch: from the top interval down while the credit lasts
-            x, e, room = xt[sel], et[sel], left[sel]
-            whole = ps[e] - ps[x] <= room
-            cut = np.where(whole, e, np.minimum(np.searchsorted(ps, ps[x] + room, side="right") - 1, e))
-            take = cut > x
-            sel, x, cut, whole = sel[take], x[take], cut[take], whole[take]
-            cost[sel] += pp[sel, cut] - pp[sel, x]
-            left[sel] -= ps[cut] - ps[x]
-            left_parts[sel] -= cut - x
-            taken.append((sel, x))
-            xt[sel] = cut
-            popped = sel[whole]
-            depth[popped] -= 1
-            sel = popped[depth[popped] > 0]
-            if sel.size:  # the next interval comes up
-                xt[sel], et[sel] = below_x[sel, depth[sel] - 1], below_e[sel, depth[sel] - 1]
-        link = link + cost
-        pops += [(r, x, link[r]) for r, x in taken]
-    end, start = np.zeros((c, parts)), np.zeros((c, parts), dtype=bool)
-    for r, x, t in pops:
-        end[r, x], start[r, x] = t, True
-    first = np.maximum.accumulate(np.where(start, np.arange(parts), 0), axis=1)
-    return link, end[rows[:, None], first]
+                         credit_bytes=credit, negotiation_s=neg)
 
 
 def _bytescheduler_kernel(cfg: Configurations, collective: str | None = None, *,
-                          partition_bytes: Any = 4 * 2**20, credit_bytes: Any = 16 * 2**20, **params: Any
-                          ) -> np.ndarray:
+                          partition_bytes: Any = 4 * 2**20, credit_bytes: Any = 16 * 2**20, negotiation: Any = False,
+                          **params: Any) -> np.ndarray:
     """:func:`_bytescheduler`'s steady state for many configurations at once.
 
     The compute of each iteration follows from when each layer's partitions were sent
@@ -358,13 +287,14 @@ def _bytescheduler_kernel(cfg: Configurations, collective: str | None = None, *,
     plateaus = first, ready_after[first]
     c = cfg.p.shape[0]
     price = np.broadcast_to(comm(size_of[None, :]), (c, len(size_of)))  # each partition is its own all-reduce
+    neg = np.broadcast_to(negotiation_time(cfg.p, cfg.env, len(size_of), negotiation), (c, 1))[:, 0]
     ps = np.concatenate([[0.0], np.cumsum(size_of)])
     pp = np.concatenate([np.zeros((c, 1)), np.cumsum(price, axis=1)], axis=1)
     done, t, link, starts = np.zeros((c, len(nbytes))), np.zeros(c), np.zeros(c), []
     for _ in range(KERNEL_ITERATIONS):
         starts.append(np.maximum(t, done[:, 0]))
         t = serial_ends(done, np.broadcast_to(fwd, done.shape), t)[:, -1]
-        link, sent = _send_batches(t, plateaus, ps, pp, credit, link)
+        link, sent = _send_batches(t, plateaus, ps, pp, credit, link, neg)
         t = t + after_backward[0]
         done = sent[:, last_of_layer]
     return np.maximum(starts[-1] - starts[-2], prof.compute_s)
@@ -385,7 +315,7 @@ for _entry in (
              "overlapping the next iteration's forward",
              "Peng et al., 'A generic communication scheduler for distributed DNN training acceleration' "
              "(ByteScheduler), SOSP 2019; Jayarajan et al., P3, SysML 2019", "allreduce",
-             {"partition_bytes": 4 * 2**20, "credit_bytes": 16 * 2**20}, _bytescheduler,
+             {"partition_bytes": 4 * 2**20, "credit_bytes": 16 * 2**20, "negotiation": False}, _bytescheduler,
              perfect_overlap=sp.Max(F + B + U, C), vectorized=_bytescheduler_kernel),
     Schedule("dear",
              "groups formed in forward order while below buffer_bytes; reduce-scatter of each group during "

@@ -20,7 +20,8 @@ over ``ITERATIONS`` iterations as ``overlap._bytescheduler`` does, all configura
   batch); the communication thread, which issues every partition (o each, serial with its own launches,
   not with compute: Peng et al., SOSP 2019, Sec. 4, the core's scheduler thread), launches the batch's k
   partitions (k o, HOST) and the link then carries them back to back (COMM); the batch's end marks its
-  partitions sent.
+  partitions sent. With ``negotiation``, the thread first waits for rank 0's broadcast of the batch
+  (:func:`.overlap.negotiation_time`), as the runner's scheduler does.
 
 Rates as in the engine: compute slows by 1 + kappa_c while a batch is on the link, the batch by
 1 + kappa_m while compute runs. The period is the time between the forward starts of the last two
@@ -35,14 +36,14 @@ import numpy as np
 
 from ..errors import CommscopeError
 from ..timeline import Event
-from .blocks import _bytes_option, partitions
+from .blocks import _bytes_option, negotiation_time, partitions
 from .core import TERMS, Configurations, TermsRun
 from .overlap import ITERATIONS
 from .terms_bytescheduler_fast import integral, periods
 
 
 def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partition_bytes: Any = 4 * 2**20,
-                   credit_bytes: Any = 16 * 2**20, **params: Any) -> TermsRun:
+                   credit_bytes: Any = 16 * 2**20, negotiation: Any = False, **params: Any) -> TermsRun:
     part = _bytes_option("partition_bytes", partition_bytes)
     credit = _bytes_option("credit_bytes", credit_bytes)
     if credit < part:
@@ -54,6 +55,7 @@ def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partit
     c = cfg.p.shape[0]
     price = np.broadcast_to(cfg.comm("allreduce", collective, params)(size_of[None, :]), (c, len(size_of)))
     o = cfg.overhead[:, 0]
+    neg = np.broadcast_to(negotiation_time(cfg.p, cfg.env, len(size_of), negotiation), (c, 1))[:, 0]
     kc, km = cfg.env.kappa_c.reshape(-1), cfg.env.kappa_m.reshape(-1)
     # the compute stream's tasks, 2n per iteration: forward blocks (optimizer + forward) then backward
     fwd, bwd, opt = (np.array(prof.column(x)) for x in ("forward_s", "backward_s", "optimizer_s"))
@@ -63,10 +65,10 @@ def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partit
     alone = cfg.p[:, 0] == 1  # nothing sent: no averaging, compute and the step alone
     details = {"partitions": len(size_of), "partition_bytes": part, "credit_bytes": credit,
                "iterations_simulated": ITERATIONS, "communication_s": total,
-               "host_overhead_s": o * len(size_of),
+               "host_overhead_s": o * len(size_of), "negotiation_s": neg,
                "optimizer_s": np.where(alone, prof.optimizer_s, opt.sum())}
     if not record and integral(size_of, credit):  # the same recurrence with the queue as intervals
-        starts = periods(work, n, ITERATIONS, layer_of, size_of, price, o, kc, km, credit)
+        starts = periods(work, n, ITERATIONS, layer_of, size_of, price, o, kc, km, credit, neg)
         period = np.maximum(starts[:, -1] - starts[:, -2], prof.compute_s + opt.sum())
         return TermsRun(np.where(alone, prof.compute_s + prof.optimizer_s, period), None, details)
     bwd_at = n + (n - 1 - layer_of)  # place of each partition's backward within an iteration
@@ -99,7 +101,7 @@ def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partit
             go = take.any(axis=1)
             i, take = i[go], take[go]
             busy[i], batch[i], l_start[i] = True, take, t[i]
-            host[i], wire[i] = o[i] * take.sum(axis=1), np.where(take, price[i], 0.0).sum(axis=1)
+            host[i], wire[i] = o[i] * take.sum(axis=1) + neg[i], np.where(take, price[i], 0.0).sum(axis=1)
         on_wire = busy & (host <= 0)
         c_slow = 1.0 + kc * on_wire
         l_slow = np.where(on_wire, 1.0 + km * run, 1.0)

@@ -38,11 +38,13 @@ def integral(size_of: np.ndarray, credit: float) -> bool:
 
 
 def periods(work: np.ndarray, n: int, iterations: int, layer_of: np.ndarray, size_of: np.ndarray,
-            price: np.ndarray, o: np.ndarray, kc: np.ndarray, km: np.ndarray, credit: float) -> np.ndarray:
+            price: np.ndarray, o: np.ndarray, kc: np.ndarray, km: np.ndarray, credit: float,
+            neg: np.ndarray | None = None) -> np.ndarray:
     """Start of each iteration's first forward, (configurations, iterations): the reference's ``starts``.
 
     ``work``: the compute stream's tasks (2n per iteration: forward blocks, then backward from the last
-    layer); ``price`` (C, P): each partition's transfer; ``o``, ``kc``, ``km`` (C,).
+    layer); ``price`` (C, P): each partition's transfer; ``o``, ``kc``, ``km`` (C,); ``neg`` (C,): each batch's
+    negotiation on the issuing thread (none when None).
     """
     c, parts, two_n = price.shape[0], len(size_of), 2 * n
     first_of_layer = np.searchsorted(layer_of, np.arange(n))
@@ -78,7 +80,8 @@ def periods(work: np.ndarray, n: int, iterations: int, layer_of: np.ndarray, siz
          "depth": np.zeros(c, dtype=np.int64),
          "seen": np.full(c, parts), "cnt": np.zeros(c, dtype=np.int64),
          "cp": np.concatenate([np.zeros((c, 1)), np.cumsum(price, axis=1)], axis=1),
-         "o": o.astype(float), "kc": kc.astype(float), "km": km.astype(float), "ids": np.arange(c)}
+         "o": o.astype(float), "kc": kc.astype(float), "km": km.astype(float), "ids": np.arange(c),
+         "neg": np.zeros(c) if neg is None else np.broadcast_to(np.asarray(neg, float), (c,)).copy()}
     s["starts"][:, 0] = 0.0 if q0 else np.nan
     out = np.full((c, iterations), np.nan)
     while True:
@@ -178,7 +181,7 @@ def _choose(s: dict, i: np.ndarray, r: np.ndarray, reach: np.ndarray, big: np.nd
         whole = end == hi
         s["lo"][k, d], s["depth"][k] = end, d + 1 - whole
         sel = sel[whole & (d > 0)]
-    host = s["o"][i] * cnt
+    host = s["o"][i] * cnt + s["neg"][i]
     s["cnt"][i], s["wire"][i], s["u"][i] = cnt, wire, u
     issuing = host > 0  # no issuing time: on the wire at once
     s["phase"][i] = np.where(issuing, 1, 2)

@@ -101,13 +101,17 @@ def int_list(items: list[str], what: str) -> list[int]:
 
 
 def parse_options(items: list[str]) -> dict[str, Any]:
-    """``--option NAME=VALUE`` items: integers, then floats, else text (sizes are parsed by their user)."""
+    """``--option NAME=VALUE`` items: ``true`` / ``false`` as booleans, integers, then floats, else text (sizes are
+    parsed by their user)."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UsageError(f"--option must look like NAME=VALUE, got {item!r}")
         value = value.strip()
+        if value.lower() in ("true", "false"):
+            out[key.strip()] = value.lower() == "true"
+            continue
         try:
             out[key.strip()] = int(value)
         except ValueError:

@@ -65,7 +65,8 @@ _ENTRIES = (
 
 # how the runner sends, in its cost model's terms: ZeRO reduces from the gradient hooks while backward goes on
 # (DeepSpeed's overlap_comm; the model's default is DeepSpeed's False for stages 1 and 2)
-_SCHEDULE_OPTIONS = {"zero": {"overlap_comm": True}}
+# the runner's ByteScheduler: rank 0 decides each batch and broadcasts it before it is sent (exact_bytescheduler.py)
+_SCHEDULE_OPTIONS = {"zero": {"overlap_comm": True}, "bytescheduler": {"negotiation": True}}
 
 for _name, _description, _module, _cls, _options in _ENTRIES:
     TECHNIQUES.register(Technique(_name, _description, _lazy(_module, _cls), exact=True, schedule=_name,
