@@ -352,9 +352,23 @@ def test_predict_iteration_table_options_and_trace(capsys: pytest.CaptureFixture
     assert any(e.get("cat") == "allreduce" for e in events)
 
 
+def test_predict_iteration_boolean_options(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--option NAME=true|false`` is a boolean (ByteScheduler's negotiation, bsp's flatten), as in the API."""
+    rows = json.loads(run_ok(capsys, "predict", "iteration", "--model", "resnet50", "--env", "10GbE", "-p", "8",
+                             "--schedule", "bytescheduler", "--option", "negotiation=TRUE", "--json"))["results"]
+    want = cm.simulate(cm.profile("resnet50"), cm.environment("10GbE"), 8, "bytescheduler", negotiation=True)
+    assert rows[0]["iteration_s"] == pytest.approx(want.iteration_time)
+    rows = json.loads(run_ok(capsys, "predict", "iteration", "--model", "resnet50", "--env", "10GbE", "-p", "8",
+                             "--schedule", "bsp", "--option", "flatten=false", "--json"))["results"]
+    want = cm.simulate(cm.profile("resnet50"), cm.environment("10GbE"), 8, "bsp")
+    assert rows[0]["iteration_s"] == pytest.approx(want.iteration_time)
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
+        (["--model", "resnet50", "--env", "10GbE", "-p", "4", "--schedule", "bytescheduler", "--option",
+          "negotiation=yes"], "negotiation must be True or False, got 'yes'"),
         (["--model", "resnet5", "--env", "10GbE", "-p", "4"], "unknown model profile 'resnet5'"),
         (["--model", "resnet50", "--env", "10GbE", "-p", "4", "--schedule", "wfbq"], "unknown schedule 'wfbq'"),
         (["--model", "resnet50", "--env", "10GbE", "-p", "four"], "--p must be positive integers"),
