@@ -69,6 +69,18 @@ def netadmin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(autouse=True)
+def sigint_raises() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt here, and the emulators these tests start get SIGINT's default action, even
+    when the suite itself runs with SIGINT ignored (started in the background by a shell without job control,
+    or under nohup: an ignored signal stays ignored across exec, a handled one does not)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+@pytest.fixture(autouse=True)
 def no_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if "netadmin" in request.fixturenames:
