@@ -1,7 +1,8 @@
 """Issue 16 diagnostics on an emulated cluster (needs root and iproute2): what gloo ranks sharing 2 cores really do
 when communication overlaps computation.
 
-    python bench/bench_overlap_diagnostics.py [--rate 1gbit] [--nodes 2] [--ranks-per-node 2] [--repeats 2] [--json]
+    python bench/bench_overlap_diagnostics.py [--rate 1gbit] [--nodes 2] [--ranks-per-node 2] [--repeats 2]
+        [--only EXPERIMENT] [--json [--out PATH]]
 
 Each experiment runs under ``commscope emulate`` (torchrun in every node, gloo, one thread per rank), and is
 repeated ``--repeats`` times; medians are over a run's iterations on rank 0, and the report gives each
@@ -15,7 +16,8 @@ repetition's, so their spread shows:
 * ``two_groups``: gpt_wide's LM head (8.4 MB) all-reduced from its gradient hook while backward goes on and
   the rest after backward, against one flattened all-reduce after backward: iteration time to the last byte.
 
-``--json`` writes bench/results/bench_overlap_diagnostics.json. Exit code 2 with one line on bad input.
+``--json`` writes bench/results/bench_overlap_diagnostics.json (``--out`` another path). Exit code 2 with one line
+on bad input.
 """
 
 from __future__ import annotations
@@ -176,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--only", choices=EXPERIMENTS, action="append", help="run only these (default: all)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--out", type=Path, default=RESULTS / "bench_overlap_diagnostics.json",
+                    help="where --json writes (default: bench/results/bench_overlap_diagnostics.json)")
     a = ap.parse_args(argv)
     if a.rank_side:
         return rank_side(a.rank_side)
@@ -193,8 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"commscope: error: {exc}", file=sys.stderr)
         return 2
     if a.json:
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "bench_overlap_diagnostics.json").write_text(json.dumps(out, indent=1) + "\n")
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = a.out.with_name(a.out.name + ".tmp")  # written whole, then renamed: an old file is never half-written
+        tmp.write_text(json.dumps(out, indent=1) + "\n")
+        tmp.replace(a.out)
     return 0
 
 
