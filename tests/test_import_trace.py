@@ -396,3 +396,21 @@ def test_steps_without_profiler_step_scopes_split_at_the_optimizer_step(tmp_path
     assert (s.fwd_start - B, s.bwd_start - B, s.bwd_end - B) == pytest.approx((3595, 4500, 5060))
     assert s.iteration_s == pytest.approx((5900 - 3595) / 1e6)  # forward start to the optimizer step's end
     assert trace_profile.build(a).compute_s == pytest.approx(810e-6)
+
+
+def test_the_optimizer_is_named_from_its_step_scope() -> None:
+    """The class in ``Optimizer.step#<Class>.step`` names the step whose memory streams price the gradient passes
+    (costmodels.profiles.OPTIMIZER_STREAMS); an unknown class names nothing (SGD's 3 streams are assumed)."""
+    from types import SimpleNamespace
+
+    _, a = analysed(FIXTURE)
+    prof = trace_profile.build(a)
+    assert prof.metadata["optimizer"] == "sgd"
+    assert prof.pass_s_per_byte == pytest.approx(2 * prof.optimizer_s / (3 * prof.grad_bytes))
+
+    def trace(*names: str) -> SimpleNamespace:
+        return SimpleNamespace(events=[SimpleNamespace(name=n) for n in names])
+
+    assert trace_profile.optimizer_of(trace("aten::mm", "Optimizer.step#AdamW.step")) == {"optimizer": "adamw"}
+    assert trace_profile.optimizer_of(trace("Optimizer.step#Lamb.step")) == {}
+    assert trace_profile.optimizer_of(trace("aten::mm")) == {}

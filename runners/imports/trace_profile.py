@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from costmodels.profiles import DTYPE_BYTES, Layer, ModelProfile
+from costmodels.profiles import DTYPE_BYTES, OPTIMIZER_STREAMS, Layer, ModelProfile
 
 from .common import FormatError
 from .trace_steps import UNATTRIBUTED, Analysis, Key
@@ -45,6 +45,17 @@ def phases(analysis: Analysis) -> dict[str, float]:
             "backward_s": statistics.median(sum(s.backward_s) for s in steps),
             "optimizer_s": statistics.median(s.optimizer_s for s in steps),
             "iteration_s": statistics.median(s.iteration_s for s in steps)}
+
+
+def optimizer_of(trace: Any) -> dict[str, str]:
+    """``{"optimizer": name}`` from the trace's ``Optimizer.step#<Class>.step`` scope where the class is one whose
+    memory streams are known (:data:`costmodels.profiles.OPTIMIZER_STREAMS`: the profile's memory-pass cost is
+    derived from its step), else nothing."""
+    for e in trace.events:
+        if e.name.startswith("Optimizer.step#"):
+            kind = e.name[len("Optimizer.step#"):].split(".")[0].lower()
+            return {"optimizer": kind} if kind in OPTIMIZER_STREAMS else {}
+    return {}
 
 
 def build(analysis: Analysis, name: str | None = None, batch_size: int | None = None) -> ModelProfile:
@@ -78,6 +89,7 @@ def build(analysis: Analysis, name: str | None = None, batch_size: int | None = 
         "imported_from": trace.path, "format": "kineto", "steps": [s.label for s in steps],
         "skipped_steps": analysis.skipped, "timing": timing, "layers_are": steps[0].unit_kind,
         "phases": where, "host": trace.host, "distributed": trace.distributed or None,
+        **optimizer_of(trace),
         "batch_size_from": ("given" if batch_size else "leading dimension of the first layer's first input"
                             if analysis.batch_size else "unknown (1 assumed; give --batch-size)"),
         "unlaunched_device_events": analysis.unlaunched_device_events,
