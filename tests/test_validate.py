@@ -255,6 +255,9 @@ def test_validate_end_to_end_on_the_host(tmp_path) -> None:
     assert prof.optimizer_s == pytest.approx(prof.metadata["synchronised_optimizer_s"]) and prof.optimizer_s > 0
     big = max(prof.layers, key=lambda x: x.params)
     assert big.optimizer_s == pytest.approx(prof.optimizer_s * big.params / prof.params)
+    # the averaging division, timed the same way, measures one memory pass over the gradients
+    assert prof.metadata["optimizer"] == "sgd" and prof.metadata["pass_s_per_byte"] > 0
+    assert prof.pass_s_per_byte == prof.metadata["pass_s_per_byte"]
     kinds = [r["kind"] for r in results.load(tmp_path / "host" / "records.jsonl").records]
     assert kinds.count("iteration") == 12 and "environment" in kinds and kinds.count("profile") == 2
 

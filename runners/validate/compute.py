@@ -53,14 +53,18 @@ def mean_profile(profiles: Sequence[Any], ranks: int, threads: int) -> Any:
 
 
 def synchronised_compute(ctx: Any, model_name: str, batch_size: int, iterations: int, warmup: int, seed: int = 0,
-                         lr: float = 0.05, **model_options: Any) -> tuple[float, float, float]:
-    """Median over iterations of the slowest rank's forward, backward and optimizer-step seconds, all ranks in step.
+                         lr: float = 0.05, **model_options: Any) -> tuple[float, float, float, float]:
+    """Median over iterations of the slowest rank's forward, backward, optimizer-step and averaging-pass seconds, all
+    ranks in step.
 
     Every iteration starts on all ranks together (a barrier, outside the timed region), runs forward +
     loss, backward and the SGD update the techniques run (:func:`runners.training.exact_common.sgd_`) with
     no communication, and the per-iteration times are reduced as the max over ranks after the loop. This
     is the compute a synchronous iteration waits for: on shared cores the slowest of the ranks, not the
-    average one. The update is the profile's optimizer step (issue 16: U, placed by each schedule).
+    average one. The update is the profile's optimizer step (issue 16: U, placed by each schedule). The averaging
+    pass is the division of every gradient by the world size that the all-reduce techniques run before their
+    update (``runners.training.exact_allreduce._average``): one memory pass over the gradient bytes, which
+    measures the profile's ``pass_s_per_byte``.
     """
     from runners.training import zoo
     from runners.training.exact_common import sgd_
@@ -86,20 +90,28 @@ def synchronised_compute(ctx: Any, model_name: str, batch_size: int, iterations:
         t1 = now()
         loss.backward()
         t2 = now()
-        sgd_(params, lr)
+        with torch.no_grad():
+            for q in params:
+                if q.grad is not None:
+                    q.grad.div_(ctx.world)
         t3 = now()
+        sgd_(params, lr)
+        t4 = now()
         model.zero_grad(set_to_none=True)
         if k >= warmup:
-            times.append([t1 - t0, t2 - t1, t3 - t2])
+            times.append([t1 - t0, t2 - t1, t4 - t3, t3 - t2])
     t = torch.tensor(times, dtype=torch.float64)
     ctx.dist.all_reduce(t, op=ctx.dist.ReduceOp.MAX)
     med = t.median(dim=0).values
-    return float(med[0]), float(med[1]), float(med[2])
+    return float(med[0]), float(med[1]), float(med[2]), float(med[3])
 
 
-def scaled_profile(prof: Any, forward_s: float, backward_s: float, how: str, optimizer_s: float | None = None) -> Any:
+def scaled_profile(prof: Any, forward_s: float, backward_s: float, how: str, optimizer_s: float | None = None,
+                   pass_s: float | None = None) -> Any:
     """``prof`` with its forward and backward columns scaled to sum to ``forward_s`` and ``backward_s``, and
-    an optimizer step of ``optimizer_s`` seconds spread over the layers by parameters (none when None)."""
+    an optimizer step of ``optimizer_s`` seconds spread over the layers by parameters (none when None), and the
+    measured cost of one memory pass over the gradients from ``pass_s`` seconds for all of them (metadata
+    ``pass_s_per_byte``; derived from the step when None)."""
     import costmodels as cm
 
     kf = forward_s / prof.forward_s if prof.forward_s > 0 else 1.0
@@ -110,6 +122,9 @@ def scaled_profile(prof: Any, forward_s: float, backward_s: float, how: str, opt
             "mean_rank_forward_s": prof.forward_s, "mean_rank_backward_s": prof.backward_s, "how": how}
     if optimizer_s is not None:
         meta["synchronised_optimizer_s"] = optimizer_s
+        meta["optimizer"] = "sgd"  # the update timed is plain SGD (exact_common.sgd_)
+    if pass_s is not None and prof.grad_bytes > 0:  # one averaging pass over every gradient, measured
+        meta["pass_s_per_byte"] = pass_s / prof.grad_bytes
     out = cm.ModelProfile(prof.name, layers, prof.device, prof.dtype, prof.batch_size, prof.origin,
                           f"{prof.source}; {how}", meta)
     return out.with_optimizer(optimizer_s) if optimizer_s is not None else out

@@ -165,21 +165,23 @@ def _profile(ctx: Any, plan: dict[str, Any], w: dict[str, Any], threads: int) ->
                                   seed=plan.get("seed", 0))
     gathered: list[Any] = [None] * ctx.world
     ctx.dist.all_gather_object(gathered, mine.to_dict())
-    sync_f, sync_b, sync_u = synchronised_compute(ctx, w["model"], w["batch_size"], pr["iterations"], pr["warmup"],
-                                                  plan.get("seed", 0), plan.get("lr", 0.05))
+    sync_f, sync_b, sync_u, sync_pass = synchronised_compute(ctx, w["model"], w["batch_size"], pr["iterations"],
+                                                             pr["warmup"], plan.get("seed", 0), plan.get("lr", 0.05))
     if ctx.rank == 0:
         prof = mean_profile([cm.ModelProfile.from_dict(d) for d in gathered], ctx.world, threads)
         prof = scaled_profile(prof, sync_f, sync_b, prof.metadata["how"] + "; then scaled to the median over "
                               "iterations of the slowest rank's forward and backward with all ranks in step "
                               "(barrier before each, no communication); the optimizer step is the same median "
-                              "of the SGD update", optimizer_s=sync_u)
+                              "of the SGD update, and of the averaging division for the memory-pass cost",
+                              optimizer_s=sync_u, pass_s=sync_pass)
         prof.save(w["profile_path"])
         results.append(plan["records"], [results.record(
             "profile", {"model": w["model"], "batch_size": w["batch_size"], "device": str(ctx.device.type),
                         "threads": threads, "concurrent_ranks": ctx.world},
             prof.to_dict(), ctx.run_info(), "commscope validate")])
         print(f"# profile {w['model']}: forward {prof.forward_s * 1e3:.2f} ms, backward {prof.backward_s * 1e3:.2f} "
-              f"ms, optimizer step {prof.optimizer_s * 1e3:.2f} ms (slowest of {ctx.world} ranks in step; layer "
+              f"ms, optimizer step {prof.optimizer_s * 1e3:.2f} ms, averaging pass {sync_pass * 1e3:.2f} ms "
+              f"(slowest of {ctx.world} ranks in step; layer "
               f"shares from all ranks, spread between ranks "
               f"{prof.metadata['rank_spread']:.1%})", flush=True)
     ctx.dist.barrier()
