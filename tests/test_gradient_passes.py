@@ -133,3 +133,13 @@ def test_measured_pass_cost_must_be_a_number() -> None:
     for bad in ("fast", -1.0, float("nan"), True):
         with pytest.raises(CommscopeError, match="pass_s_per_byte must be a finite number >= 0"):
             replace(THREE, metadata={"pass_s_per_byte": bad})
+
+
+def test_a_measured_pass_cost_counts_without_an_optimizer_step() -> None:
+    # No optimizer step, pass cost measured at 1/3 us/B, no interference or overhead: the terms path still runs, so
+    # wfbp averages its 6000 B (2 ms) after its last message (24 ms): 26 ms, in simulate and in sweep alike.
+    prof = replace(THREE, layers=tuple(replace(x, optimizer_s=0.0) for x in THREE.layers),
+                   metadata={"pass_s_per_byte": 1e-3 / 3000})
+    assert hand("wfbp", prof).iteration_time == pytest.approx(26 * MS, rel=1e-12)
+    swept = cm.sweep(prof, ENV, [2], "wfbp", collective="ring_allreduce").iteration_time[0, 0]
+    assert swept == pytest.approx(26 * MS, rel=1e-12)

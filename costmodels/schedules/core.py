@@ -192,9 +192,15 @@ TERMS: dict[str, Callable[..., TermsRun]] = {}
 """Schedule name -> ``run(cfg, collective, record, **options)``, registered by ``terms`` and ``terms_overlap``."""
 
 
+def profile_has_terms(profile: ModelProfile) -> bool:
+    """True where the profile alone needs :data:`TERMS`: an optimizer step, or memory passes over the gradients
+    (a measured ``pass_s_per_byte`` counts even without a step)."""
+    return profile.optimizer_s > 0 or profile.pass_s_per_byte > 0
+
+
 def has_terms(profile: ModelProfile, env: Environment) -> bool:
-    """True where :data:`TERMS` must run: interference or host overhead on, or an optimizer step in the profile."""
-    return env.has_terms or profile.optimizer_s > 0
+    """True where :data:`TERMS` must run: interference or host overhead on, or the profile's own terms."""
+    return env.has_terms or profile_has_terms(profile)
 
 
 def _simulate_terms(entry: Schedule, prof: ModelProfile, env: Environment, p: int, collective: str | None,

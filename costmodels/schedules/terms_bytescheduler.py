@@ -21,7 +21,7 @@ over ``ITERATIONS`` iterations as ``overlap._bytescheduler`` does, all configura
   not with compute: Peng et al., SOSP 2019, Sec. 4, the core's scheduler thread), launches the batch's k
   partitions (k o, HOST) and the link then carries them back to back (COMM); the batch's end marks its
   partitions sent. With ``negotiation``, the thread first waits for rank 0's broadcast of the batch
-  (:func:`.overlap.negotiation_time`), as the runner's scheduler does.
+  (:func:`.blocks.negotiation_time`), as the runner's scheduler does.
 
 Rates as in the engine: compute slows by 1 + kappa_c while a batch is on the link, the batch by
 1 + kappa_m while compute runs. The period is the time between the forward starts of the last two

@@ -25,7 +25,18 @@ from ..environment import Environment
 from ..environment_array import FIELDS, EnvironmentArray, as_environment_array
 from ..errors import CommscopeError
 from ..profiles import ModelProfile
-from .core import COMPRESSIBLE, SCHEDULES, TERMS, Compressed, Configurations, Schedule, compress, compressing, simulate
+from .core import (
+    COMPRESSIBLE,
+    SCHEDULES,
+    TERMS,
+    Compressed,
+    Configurations,
+    Schedule,
+    compress,
+    compressing,
+    profile_has_terms,
+    simulate,
+)
 
 CHUNK = 4096  # configurations per kernel call: bounds memory at CHUNK x layers floats per array
 
@@ -85,7 +96,7 @@ def _configurations(envs: EnvironmentArray, p: np.ndarray, lo: int, hi: int) -> 
 def _chunk(entry: Schedule, prof: ModelProfile, squeezed: Compressed | None, ps: np.ndarray, es: EnvironmentArray,
            collective: str | None, options: dict[str, Any]) -> np.ndarray:
     """Iteration times of one chunk: the kernel where every term is 0, :data:`TERMS` elsewhere."""
-    terms = es.has_terms.reshape(-1) | (prof.optimizer_s > 0)
+    terms = es.has_terms.reshape(-1) | profile_has_terms(prof)
     if terms.any() and entry.name not in TERMS:
         raise CommscopeError(f"the {entry.name} schedule has no model of interference, host overhead or the "
                              "optimizer step; set kappa_c, kappa_m, host_overhead and optimizer_s to 0")
