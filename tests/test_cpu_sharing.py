@@ -98,7 +98,9 @@ def test_network_cpu_cost_is_measured_on_an_emulated_link(tmp_path: Path) -> Non
     from runners.measure.emulate.system import EmulationError
 
     try:
-        m = cpu_cost.network_cpu_cost("1gbit", seconds=0.5, repeats=1)
+        # the median of 3 short flows (as the validation's probe takes a median): one flow of 0.5 s alone was once
+        # accounted at 0.038 ns/B in a full suite run, below the floor
+        m = cpu_cost.network_cpu_cost("1gbit", seconds=0.5, repeats=3)
     except EmulationError as exc:  # no root or no cgroup: the project's set-up gives both in CI
         pytest.fail(f"could not measure: {exc}")
     assert m["schema"] == cpu_cost.SCHEMA and 0.05e-9 < m["cpu_s_per_byte"] < 20e-9
