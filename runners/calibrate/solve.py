@@ -5,7 +5,10 @@ slowed while a collective is in flight), ``kappa_m`` (communication slowed while
 ``host_overhead`` (LogP's o, seconds per message on the issuing thread) are found by least squares on the
 relative error of every cell, ``r_i = predicted_i(theta) / measured_i - 1``, each term >= 0
 (``scipy.optimize.least_squares``; the predictions are ``costmodels.sweep`` of each cell's schedule over the
-base point and a forward step in every term at once: the Jacobian by forward differences). Terms that no
+base point and a forward step in every term at once: the Jacobian by forward differences). The overhead is
+bounded above by the sweep's alpha (every lone message the sweep timed paid o inside it, so o <= alpha); a term
+held at that bound is reported. The residuals are not convex in the terms, so the fit starts from the given
+point and from the default one and keeps the better. Terms that no
 cell is sensitive to (kappa_c and kappa_m when no technique overlaps) are reported as not identifiable and
 kept at 0; two terms whose estimates are correlated beyond 0.99 (kappa_c against kappa_m when every
 overlapping cell is communication-bound: a ridge of equally good fits), or whose interval is wider than ten
@@ -43,6 +46,7 @@ START = {"kappa_c": 0.05, "kappa_m": 0.05, "host_overhead": 1e-4}
 STEP = 1e-4  # forward-difference step in the solver's units (kappa 1e-4, overhead 0.1 us)
 IDENTIFIABLE = 1e-6  # a term whose Jacobian column has a smaller norm (relative error per unit) is not seen
 RIDGE = 0.99  # |correlation| of two estimates above which only a combination of them is measured
+AT_BOUND = 5e-3  # a term within this fraction of its physical upper bound is reported as held there
 
 
 def predict_grid(cells: Sequence[Cell], envs: Sequence[cm.Environment]) -> np.ndarray:
@@ -101,23 +105,39 @@ def _fit(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str], start
         grid = np.where(np.isfinite(grid), grid, 0.0)
         return ((grid[1:] - grid[0]) / STEP).T
 
-    fits: dict[str, TermFit] = {}
-    x = np.array([max((start or START).get(k, START[k]), STEP * SCALE[k]) / SCALE[k] for k in free])
-    sol = None
-    for _ in range(len(TERMS) + 1):  # drop the terms nothing is sensitive to, then refit the rest
-        if not free:
-            break
-        sol = optimize.least_squares(residual, x, jac=jacobian, args=(free,), bounds=(0.0, np.inf), x_scale=1.0,
-                                     ftol=1e-6, xtol=1e-4, max_nfev=40)
-        norms = np.linalg.norm(sol.jac, axis=0)
-        blind = [k for k, n in zip(free, norms, strict=True) if n < IDENTIFIABLE]
-        if not blind:
-            break
-        for k in blind:
-            fits[k] = TermFit(k, 0.0, "not identifiable", note="no measured cell is sensitive to it; kept at 0")
-        keep = [i for i, k in enumerate(free) if k not in blind]
-        free = [free[i] for i in keep]
-        x = sol.x[keep]
+    def solve(x: np.ndarray) -> tuple[Any, list[str], dict[str, TermFit]]:
+        """From ``x``: least squares, then again without the terms nothing is sensitive to."""
+        names, blind_fits, sol = list(terms), {}, None
+        upper = np.array([_upper(env, k) / SCALE[k] for k in names])
+        x = np.minimum(x, upper * (1 - 1e-9))
+        for _ in range(len(TERMS) + 1):
+            if not names:
+                break
+            sol = optimize.least_squares(residual, x, jac=jacobian, args=(names,), bounds=(0.0, upper), x_scale=1.0,
+                                         ftol=1e-6, xtol=1e-4, max_nfev=40)
+            norms = np.linalg.norm(sol.jac, axis=0)
+            blind = [k for k, n in zip(names, norms, strict=True) if n < IDENTIFIABLE]
+            if not blind:
+                break
+            for k in blind:
+                blind_fits[k] = TermFit(k, 0.0, "not identifiable", note="no measured cell is sensitive to it; "
+                                        "kept at 0")
+            keep = [i for i, k in enumerate(names) if k not in blind]
+            names, x, upper = [names[i] for i in keep], sol.x[keep], upper[keep]
+        return sol, names, blind_fits
+
+    # the residuals are not convex in the terms (a kappa_c ridge against kappa_m and o): solve from the given start
+    # and from the default one, and keep the better fit
+    starts = [{**START, **(start or {})}] + ([dict(START)] if start else [])
+    best: tuple[float, Any, list[str], dict[str, TermFit]] | None = None
+    for s0 in starts:
+        x0 = np.array([max(s0.get(k, START[k]), STEP * SCALE[k]) / SCALE[k] for k in terms])
+        sol, names, blind_fits = solve(x0)
+        cost = float(sol.cost) if sol is not None and names else math.inf
+        if best is None or cost < best[0]:
+            best = (cost, sol, names, blind_fits)
+    assert best is not None
+    _, sol, free, fits = best
     values = {k: float(v) * SCALE[k] for k, v in zip(free, sol.x if sol is not None and free else [], strict=False)}
     rel = residual(np.array([values[k] / SCALE[k] for k in free]), free) if free else residual(np.array([]), [])
     if free and sol is not None:
@@ -152,7 +172,22 @@ def _fit(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str], start
                 note = "not separable from the other terms on these cells: measure more techniques or regimes"
             fits[t] = TermFit(t, values[t], "fitted", ci95=(max(values[t] - tq * se, 0.0), values[t] + tq * se),
                               stderr=se, note=note)
+        for t in free:  # a term held at its physical bound: the data asked for more than the bound allows
+            limit = _upper(env, t)
+            if math.isfinite(limit) and values[t] >= limit * (1 - AT_BOUND):
+                at = (f"at its physical bound ({limit * 1e6:.4g} us, the sweep's per-message latency alpha, which "
+                      "every lone message pays): the cells ask for more, so another term is missing")
+                fits[t] = replace(fits[t], note="; ".join(n for n in (fits[t].note, at) if n))
     return {t: fits[t] for t in terms if t in fits}, rel
+
+
+def _upper(env: cm.Environment, term: str) -> float:
+    """The largest physical value of a term: the host overhead o is paid inside every lone message the sweep timed,
+    so it cannot exceed the smallest per-message latency the sweep fitted (alpha, or the intra-node alpha)."""
+    if term != "host_overhead":
+        return math.inf
+    alphas = [a for a in (env.alpha, env.intra_alpha if env.two_level else None) if a is not None and a > 0]
+    return min(alphas) if alphas else math.inf
 
 
 def _require_mix(cells: Sequence[Cell], what: str) -> None:
