@@ -1,6 +1,6 @@
 """Benchmarks of the validation suite: P2 and the winner figure for each prediction, and DeAR's speedup over fusion.
 
-    python bench/bench_validation.py [--dir DIR] [--json]            # a finished validation (default: shipped)
+    python bench/bench_validation.py [--dir DIR ...] [--json]        # finished validations (default: both shipped)
     python bench/bench_validation.py --run --emulate 200mbit,1gbit,2500mbit,1gbit:2 [--ranks 4] [--json]
 
 P2: the prediction error of iteration time, |predicted / measured - 1|, across (technique, environment,
@@ -10,7 +10,9 @@ predictions: (a) sweep only, (b) calibrated leave-one-technique-out (goal: media
 within the measured spread of the fastest (goal for (b): >= 90% of cells). Regimes: the measured
 communication share of the bsp iteration per (environment, model). DeAR: its speedup over ``fusion``
 measured and predicted on every link. ``--run`` first runs ``commscope validate --suite quick`` into a
-temporary directory (needs root for ``--emulate``). ``--json`` writes bench/results/bench_validation.json.
+temporary directory (needs root for ``--emulate``). ``--json`` writes bench/results/bench_validation.json
+(``{"runs": [...]}`` for several). The shipped runs: ``runners/reference/validation`` (2026-11-24, a busy host)
+and ``runners/reference/validation-rerun`` (2026-11-27, the same command on a quiet host).
 """
 
 from __future__ import annotations
@@ -64,21 +66,7 @@ def analyse(directory: Path) -> dict:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", type=Path, default=ROOT / "runners" / "reference" / "validation")
-    ap.add_argument("--run", action="store_true", help="run the quick suite first")
-    ap.add_argument("--emulate", default="200mbit,1gbit,2500mbit,1gbit:2")
-    ap.add_argument("--ranks", type=int, default=4)
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        directory = args.dir
-        if args.run:
-            directory = Path(tmp) / "validation"
-            subprocess.run([sys.executable, "-m", "runners.cli", "validate", "--suite", "quick", "--ranks",
-                            str(args.ranks), "--emulate", args.emulate, "--out", str(directory)], check=False)
-        res = analyse(directory)
+def _print(res: dict) -> None:
     print(f"from {res['directory']}")
     for env, load in res["host_load"].items():
         print(f"host during {env}: other work took {load['other_work']:.1%} of the CPUs"
@@ -98,13 +86,39 @@ def main() -> None:
     for cell, s in res["dear_over_fusion"].items():
         print(f"  {cell:>24}: measured {s['measured_speedup']:.3f}, predicted {s['predicted_speedup']:.3f} "
               f"({s['relative_difference']:+.1%})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", type=Path, action="append",
+                    help="a finished validation (repeat for several; default: both shipped runs)")
+    ap.add_argument("--run", action="store_true", help="run the quick suite first")
+    ap.add_argument("--emulate", default="200mbit,1gbit,2500mbit,1gbit:2")
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    shipped = ROOT / "runners" / "reference"
+    with tempfile.TemporaryDirectory() as tmp:
+        directories = args.dir or [shipped / "validation", shipped / "validation-rerun"]
+        if args.run:
+            directories = [Path(tmp) / "validation"]
+            subprocess.run([sys.executable, "-m", "runners.cli", "validate", "--suite", "quick", "--ranks",
+                            str(args.ranks), "--emulate", args.emulate, "--out", str(directories[0])], check=False)
+        runs = [analyse(d) for d in directories]
+    for i, res in enumerate(runs):
+        if i:
+            print()
+        _print(res)
     if args.json:
         RESULTS.mkdir(parents=True, exist_ok=True)
-        if args.run:
-            res["directory"] = "(temporary: --run)"
-        else:
-            res["directory"] = str(Path(res["directory"]).resolve().relative_to(ROOT))
-        (RESULTS / "bench_validation.json").write_text(json.dumps(res, indent=2) + "\n")
+        for res in runs:
+            if args.run:
+                res["directory"] = "(temporary: --run)"
+            else:
+                where = Path(res["directory"]).resolve()
+                res["directory"] = str(where.relative_to(ROOT)) if where.is_relative_to(ROOT) else str(where)
+        out = runs[0] if len(runs) == 1 else {"runs": runs}
+        (RESULTS / "bench_validation.json").write_text(json.dumps(out, indent=2) + "\n")
         print(f"wrote {RESULTS / 'bench_validation.json'}")
 
 

@@ -200,7 +200,7 @@ def test_host_overhead_is_held_at_the_sweeps_alpha_and_the_bound_reported(tmp_pa
 
 def test_the_fit_keeps_the_better_of_its_two_starts_on_a_flat_ridge():
     # on the shipped 2.5 Gbit/s run without bsp, kappa_c, kappa_m and o lie on a flat ridge: from the fit on every
-    # technique the solver stops at RSS 0.2817, from the default start it reaches 0.2741. The fit tries both and
+    # technique the solver stops at RSS 0.2930, from the default start it reaches 0.2848. The fit tries both and
     # keeps the lower, so the start it is given does not decide the left-out prediction
     import numpy as np
 
@@ -209,9 +209,9 @@ def test_the_fit_keeps_the_better_of_its_two_starts_on_a_flat_ridge():
 
     env = with_terms(_environment(), {t: 0.0 for t in TERMS})
     cells = [c for c in gather_cells(results.load([SHIPPED / "records.jsonl"]).records, None) if c.technique != "bsp"]
-    ridge = {"kappa_c": 0.9356, "kappa_m": 0.7044, "host_overhead": 4.6e-4}  # the fit on every technique
+    ridge = {"kappa_c": 0.9411, "kappa_m": 0.6969, "host_overhead": 5.1e-4}  # the fit on every technique
     _, from_ridge = _fit(cells, env, TERMS, ridge)
     _, from_default = _fit(cells, env, TERMS, dict(START))
     rss = float(np.sum(from_ridge**2))
     assert rss <= float(np.sum(from_default**2)) * (1 + 1e-9)
-    assert rss < 0.276
+    assert rss < 0.2875

@@ -11,6 +11,11 @@ plan and the log; at the top, the validation records (three predictions per cell
 sharing cores with their communication (measured on the same host after the run, 2026-11-24, with other work
 running: its load averages are in the file; ``tools/repredict_validation.py`` predicted the run again with it).
 
+``validation-rerun/`` is a second run of the same command (2026-11-27, another host of the same kind with
+nothing else running, the validate of that day: the profile measures the averaging pass), kept beside the first
+as an independent check: a model change is judged on both runs (``bench/bench_validation.py`` reports each),
+so that what helps one run by fitting its noise shows up on the other.
+
 ``published/`` holds collective measurements published by others (nccl-tests tables and benchmark posts on
 8x A100, 8x H200 (all-reduce with and without NVLS, all-gather, reduce-scatter), 2 x 8 H100 and PCIe GPUs
 without peer-to-peer), transcribed with their sources in
@@ -28,6 +33,7 @@ from typing import Any
 from runners import results
 
 VALIDATION_DIR = Path(__file__).resolve().parent / "validation"
+RERUN_DIR = Path(__file__).resolve().parent / "validation-rerun"
 PUBLISHED_DIR = Path(__file__).resolve().parent / "published"
 COMMAND = "commscope validate --suite quick --ranks 4 --emulate 200mbit,1gbit:2,2500mbit"
 
