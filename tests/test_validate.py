@@ -196,30 +196,23 @@ def test_plan_profiles_mgwfbp_from_this_run(tmp_path) -> None:
     json.dumps(plan)  # what the rank side reads
 
 
-@pytest.mark.parametrize("directory", [reference.VALIDATION_DIR, reference.RERUN_DIR], ids=["run", "rerun"])
-def test_shipped_reference_run(directory) -> None:
-    recs = results.load(directory / "validation.jsonl").records
-    envs = list(dict.fromkeys(r["config"]["environment"] for r in recs))
+@pytest.mark.parametrize("run", list(reference.RUNS))
+def test_shipped_reference_run(run) -> None:
+    directory = reference.run_dir(run)
+    recs = reference.validation_records(run)
+    envs = reference.environments(run)
     assert envs == ["200mbit", "1gbit-2x2", "2500mbit"]
     suite = v.SUITES["quick"]
     techniques = {t for t, _ in suite.techniques}
-
-    def env_records(env: str) -> list[dict]:
-        return results.load(directory / env / "records.jsonl").records
-
-    def env_profiles(env: str) -> dict[str, cm.ModelProfile]:
-        profs = [cm.load_profile(p) for p in sorted((directory / env).glob("profile*.json"))]
-        return {p.name: p for p in profs}
-
     for env in envs:
         for model, _ in suite.workloads:
             mine = [r for r in recs if r["config"]["environment"] == env and r["config"]["model"] == model]
             assert {r["config"]["technique"] for r in mine} == techniques
             assert all(r["config"]["world_size"] == 4 and r["config"]["repeats"] == suite.repeats for r in mine)
-        kinds = {r["kind"] for r in env_records(env)}
+        kinds = {r["kind"] for r in reference.records(env, run)}
         assert kinds == {"collective", "environment", "profile", "iteration"}
         assert (directory / env / "environment.json").exists()
-        assert set(env_profiles(env)) == {m for m, _ in suite.workloads}
+        assert set(reference.profiles(env, run)) == {m for m, _ in suite.workloads}
     # communication-bound and mixed cells (no compute-bound one: on 4 ranks sharing 2 cores the bsp iteration
     # waits 30% of its time for the slowest rank's compute even on the fastest link; see the closing note)
     shares = v.regimes(v.table_rows(recs))
@@ -228,16 +221,21 @@ def test_shipped_reference_run(directory) -> None:
     # the comparison is reproducible from the shipped records with today's models
     for env in envs:
         e = cm.Environment.load(directory / env / "environment.json")
-        host = host_cpu.shared_host(host_cpu.load(directory), env_records(env), 1)
-        again = v.compare(env_records(env), env_profiles(env), e, env, host=host, calibrate=False)  # (b): calibrate
+        profs = {m: cm.load_profile(p) for m, p in reference.profiles(env, run).items()}
+        host = host_cpu.shared_host(host_cpu.load(directory), reference.records(env, run), 1)
+        again = v.compare(reference.records(env, run), profs, e, env, host=host, calibrate=False)  # (b): calibrate
         shipped = [r for r in recs if r["config"]["environment"] == env]
         for key in ("predicted_s", "predicted_defaults_s"):
             np.testing.assert_allclose([r["result"][key] for r in again], [r["result"][key] for r in shipped],
                                        rtol=1e-9)
     assert reference.COMMAND in (directory / "validation.md").read_text()
-    if directory == reference.VALIDATION_DIR:  # the helpers read the first run
-        assert reference.environments() == envs and reference.records(envs[0]) == env_records(envs[0])
-        assert set(reference.profiles(envs[0])) == set(env_profiles(envs[0]))
+
+
+def test_shipped_runs_are_named() -> None:
+    assert reference.run_dir() == reference.VALIDATION_DIR and reference.run_dir("validation-rerun") == \
+        reference.RERUN_DIR
+    with pytest.raises(KeyError, match="no shipped validation run 'nope'; shipped: validation, validation-rerun"):
+        reference.run_dir("nope")
 
 
 @pytest.mark.multiprocess

@@ -51,6 +51,7 @@ from app.published_view import published_section
 from app.sidebar import environment_picker
 from app.uploads import results_uploader
 from app.urlstate import Param
+from runners.reference import RUNS
 
 SOURCES = {"reference": "bundled reference run", "upload": "uploaded results files",
            "published": "published collectives (nccl-tests tables)"}
@@ -59,20 +60,21 @@ URL = {"meas_source": Param("str", options=tuple(SOURCES)),
        "meas_predictions": Param("str", options=tuple(PREDICTIONS)),
        "meas_axes": Param("str", options=("log", "linear")), "meas_band": Param("int", 0, 50),
        "meas_layout": Param("str", options=("symbols", "panels")),
-       "meas_prediction": Param("str", options=("sweep", "calibrated", "defaults")), "meas_ci": Param("bool")}
+       "meas_prediction": Param("str", options=("sweep", "calibrated", "defaults")), "meas_ci": Param("bool"),
+       "meas_run": Param("str", options=tuple(RUNS))}
 
 
 @st.cache_data(show_spinner=False)
-def _reference() -> tuple[list[dict], dict[str, dict]]:
-    """The shipped validation records and each link's fitted environment (link -> dict)."""
+def _reference(run: str) -> tuple[list[dict], dict[str, dict]]:
+    """A shipped validation run's records and each link's fitted environment (link -> dict)."""
     from runners import reference
 
     envs = {}
-    for link in reference.environments():
-        path = reference.VALIDATION_DIR / link / "environment.json"
+    for link in reference.environments(run):
+        path = reference.run_dir(run) / link / "environment.json"
         if path.exists():
             envs[link] = json.loads(path.read_text())
-    return reference.validation_records(), envs
+    return reference.validation_records(run), envs
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -101,31 +103,31 @@ def _contributions(sig: str, _contrib: pd.DataFrame) -> go.Figure:
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def _repredicted(env_json: str) -> pd.DataFrame:
-    """The shipped records predicted again in another environment, on each link's measured profile."""
+def _repredicted(env_json: str, run: str) -> pd.DataFrame:
+    """A shipped run's records predicted again in another environment, on each link's measured profile."""
     from runners import reference
 
-    records, _ = _reference()
+    records, _ = _reference(run)
     profiles = {}
     for link in {r["config"]["environment"] for r in records}:
-        for model, path in reference.profiles(link).items():
+        for model, path in reference.profiles(link, run).items():
             profiles[(link, model)] = cm.load_profile(path)
     return repredict(records, profiles, cm.Environment.from_json(env_json))
 
 
 @st.cache_data(show_spinner="Predicting each record at its link's CI ends ...", max_entries=16)
-def _ci_band(predictions: str, env_json: str) -> pd.DataFrame:
-    """Prediction (a) of the shipped records at both ends of the 95% CIs (each link's fitted ones, or the sidebar
-    environment's): predicted_lo_s and predicted_hi_s per row of the page's frame."""
-    records, envs = _reference()
+def _ci_band(predictions: str, env_json: str, run: str) -> pd.DataFrame:
+    """Prediction (a) of a shipped run's records at both ends of the 95% CIs (each link's fitted ones, or the
+    sidebar environment's): predicted_lo_s and predicted_hi_s per row of the page's frame."""
+    records, envs = _reference(run)
     if predictions == "sidebar":
         low, high = ci_environments(cm.Environment.from_json(env_json))
-        a, b = (_repredicted(e.to_json())["predicted_s"].to_numpy(dtype=float) for e in (low, high))
+        a, b = (_repredicted(e.to_json(), run)["predicted_s"].to_numpy(dtype=float) for e in (low, high))
         return pd.DataFrame({"predicted_lo_s": np.fmin(a, b), "predicted_hi_s": np.fmax(a, b)})
     from runners import reference
 
     profiles = {(link, model): cm.load_profile(path) for link in envs
-                for model, path in reference.profiles(link).items()}
+                for model, path in reference.profiles(link, run).items()}
     return prediction_band(records, profiles, envs)
 
 
@@ -176,16 +178,20 @@ if (problem := urlstate.problems()):
 
 source = st.radio("results", list(SOURCES), format_func=SOURCES.get, horizontal=True, key="meas_source")
 urlstate.publish(["meas_source", "meas_predictions", "meas_axes", "meas_band", "meas_layout", "meas_prediction",
-                  "meas_ci"])
+                  "meas_ci", "meas_run"])
 if source == "published":
     published_section()
     st.stop()
+run = "validation"
 if source == "reference":
     from runners.reference import COMMAND
 
-    records, envs = _reference()
-    key = "reference"
-    st.caption(f"The shipped reference run: 4 gloo ranks on CPU behind emulated links, one per rank, or 2 per "
+    run = st.radio("run", list(RUNS), format_func=RUNS.get, horizontal=True, key="meas_run",
+                   help="Two runs of the same command on two hosts of the same kind: a model change is judged on "
+                        "both, so that what fits one run's noise shows on the other.")
+    records, envs = _reference(run)
+    key = f"reference:{run}"
+    st.caption(f"A shipped reference run: 4 gloo ranks on CPU behind emulated links, one per rank, or 2 per "
                f"node on the two-level cluster (`{COMMAND}`), two models. Each prediction uses the environment "
                "fitted to that environment's own collective sweep and the model profiled in the same run.")
 else:
@@ -207,7 +213,7 @@ if source == "reference":
     predictions = st.radio("predictions from", list(PREDICTIONS), format_func=PREDICTIONS.get, horizontal=True,
                            key="meas_predictions")
 if predictions == "sidebar":
-    frame = _repredicted(env.to_json())
+    frame = _repredicted(env.to_json(), run)
     st.caption(f"Predicted again in **{env.name}** ({env.summary()}) on each link's measured model profile.")
     guards.show(env, p=sorted(set(frame["p"])))
 else:
@@ -261,7 +267,7 @@ pview = _prediction_view(sig, chosen, view)
 
 @st.fragment
 def scatter_section(sig: str, chosen: str, pview: pd.DataFrame, can_band: bool, predictions: str, env_json: str,
-                    meta: dict, env_part: str) -> None:
+                    meta: dict, env_part: str, run: str) -> None:
     """The scatter, its controls and downloads: a fragment, so that its controls rerun only this part."""
     c3, c4, c5, c6 = st.columns(4)
     axes = c3.radio("axes", ["log", "linear"], horizontal=True, key="meas_axes")
@@ -272,8 +278,8 @@ def scatter_section(sig: str, chosen: str, pview: pd.DataFrame, can_band: bool, 
                                        "beta and gamma's 95% confidence intervals (each link's, or the sidebar "
                                        "environment's).")
     urlstate.publish(["meas_source", "meas_predictions", "meas_axes", "meas_band", "meas_layout", "meas_prediction",
-                      "meas_ci"])
-    shown = pview.join(_ci_band(predictions, env_json if predictions == "sidebar" else "")) if ci else pview
+                      "meas_ci", "meas_run"])
+    shown = pview.join(_ci_band(predictions, env_json if predictions == "sidebar" else "", run)) if ci else pview
     fig = _scatter(f"{sig}|{ci}", axes == "log", band / 100, layout == "panels", shown)
     st.plotly_chart(fig, width="stretch", key="meas_scatter")
     st.caption("One marker per cell (technique, environment, model, p); the horizontal bars span the measured "
@@ -297,7 +303,7 @@ scatter_section(sig, chosen, pview,
                  "environment": ", ".join(chosen_envs) + (f"; predicted in {env.name}: {env.summary()}"
                                                           if predictions == "sidebar" else ""),
                  "p": ", ".join(map(str, sorted(set(pview["p"])))), "records": key},
-                env.name if predictions == "sidebar" else "+".join(chosen_envs))
+                env.name if predictions == "sidebar" else "+".join(chosen_envs), run)
 unpredicted = pview[pview["predicted_s"].isna()]
 if len(unpredicted):
     st.warning(f"{len(unpredicted)} record(s) without prediction {SHORT[chosen]}: " + "; ".join(

@@ -34,35 +34,45 @@ from runners import results
 
 VALIDATION_DIR = Path(__file__).resolve().parent / "validation"
 RERUN_DIR = Path(__file__).resolve().parent / "validation-rerun"
+#: the shipped validation runs: directory name -> what it is
+RUNS = {"validation": "2026-11-24, a busy host (other work 0-6% of the CPUs)",
+        "validation-rerun": "2026-11-27, the same command on a quiet host"}
 PUBLISHED_DIR = Path(__file__).resolve().parent / "published"
 COMMAND = "commscope validate --suite quick --ranks 4 --emulate 200mbit,1gbit:2,2500mbit"
 
 
-def validation_records() -> list[dict]:
-    """The shipped "validation" records (predicted beside measured, per technique and link rate)."""
-    return results.load(VALIDATION_DIR / "validation.jsonl").records
+def run_dir(run: str = "validation") -> Path:
+    """The directory of a shipped validation run (a key of :data:`RUNS`)."""
+    if run not in RUNS:
+        raise KeyError(f"no shipped validation run {run!r}; shipped: {', '.join(RUNS)}")
+    return VALIDATION_DIR.parent / run
 
 
-def environments() -> list[str]:
-    """The link rates of the shipped run, in the order they ran."""
-    return list(dict.fromkeys(r["config"]["environment"] for r in validation_records()))
+def validation_records(run: str = "validation") -> list[dict]:
+    """The shipped "validation" records of a run (predicted beside measured, per technique and link rate)."""
+    return results.load(run_dir(run) / "validation.jsonl").records
 
 
-def records(environment: str) -> list[dict]:
-    """Every record (collective sweep, environment, profile, iteration) of one shipped link rate."""
-    path = VALIDATION_DIR / environment / "records.jsonl"
+def environments(run: str = "validation") -> list[str]:
+    """The link rates of a shipped run, in the order they ran."""
+    return list(dict.fromkeys(r["config"]["environment"] for r in validation_records(run)))
+
+
+def records(environment: str, run: str = "validation") -> list[dict]:
+    """Every record (collective sweep, environment, profile, iteration) of one link rate of a shipped run."""
+    path = run_dir(run) / environment / "records.jsonl"
     if not path.exists():
-        raise FileNotFoundError(f"no shipped records for {environment!r}; shipped: {', '.join(environments())}")
+        raise FileNotFoundError(f"no shipped records for {environment!r}; shipped: {', '.join(environments(run))}")
     return results.load(path).records
 
 
-def profiles(environment: str) -> dict[str, Path]:
-    """The measured profiles of one shipped environment: model -> its profile JSON (``profile.json`` holds the
-    suite's first model, ``profile-<model>.json`` the others)."""
+def profiles(environment: str, run: str = "validation") -> dict[str, Path]:
+    """The measured profiles of one environment of a shipped run: model -> its profile JSON (``profile.json``
+    holds the suite's first model, ``profile-<model>.json`` the others)."""
     import json
 
     out = {}
-    for path in sorted((VALIDATION_DIR / environment).glob("profile*.json")):
+    for path in sorted((run_dir(run) / environment).glob("profile*.json")):
         out[str(json.loads(path.read_text()).get("name", path.stem))] = path
     return out
 
