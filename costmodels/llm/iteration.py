@@ -24,7 +24,7 @@ Per iteration: the pipeline runs m (t_f + t_b) plus its schedule's bubble (:mod:
   weights follows the optimizer step, exposed. ZeRO-3's per-micro-batch gathers and reduce-scatters are
   prefetched under compute: exposed max(0, communication - compute) plus one block's gather.
 * **the optimizer step** reads and writes the model states once: 2 x state bytes / HBM bandwidth
-  (memory-bound Adam, derived here).
+  (memory-bound Adam, derived here), at the bandwidth streaming kernels reach (``Device.streaming_bandwidth``).
 
 MFU = model FLOPs (3 x forward, no recomputation) / (time x GPUs x peak); ``tflops`` counts the recomputed
 FLOPs too (as Narayanan et al. 2021's Table 1 does). Interference terms (kappa) of the environment are not
@@ -56,7 +56,8 @@ ATTENTION = ("fused", "materialized")
 
 @dataclass(frozen=True)
 class Device:
-    """A GPU: dense 16-bit tensor peak (FLOP/s), memory (bytes) and HBM bandwidth (bytes/s), with source."""
+    """A GPU: dense 16-bit tensor peak (FLOP/s), memory (bytes) and HBM bandwidth (bytes/s), with source;
+    ``hbm_fraction`` of that bandwidth is what streaming kernels reach (measured where a source gives it)."""
 
     name: str
     peak_flops: float
@@ -65,13 +66,27 @@ class Device:
     source: str
     sms: int = 0
     gemm_fraction: float = 0.0
+    hbm_fraction: float = 1.0
+
+    @property
+    def streaming_bandwidth(self) -> float:
+        """Bytes/s a memory-bound kernel moves: the datasheet bandwidth x :attr:`hbm_fraction`."""
+        return self.hbm_bandwidth * self.hbm_fraction
+
+
+# the share of the A100 80GB's 2,039 GB/s that a streaming kernel reaches: 1.80 TB/s (88%) read by a tuned
+# benchmark kernel and confirmed by Nsight Compute, the thread adding that no kernel in an NVIDIA GTC 2025 talk
+# passed about 90% (NVIDIA Developer Forums, 'Trouble to Reach Peak Bandwidth of A100', topic 339083). None
+# found for the H100 or the V100: they keep the datasheet figure.
+A100_HBM_FRACTION = 1.80 / 2.039
 
 
 DEVICES = {
     70: Device("V100-SXM2-32GB", 125e12, 32 * 2**30, 900e9, "NVIDIA V100 datasheet: 125 TFLOPS tensor, 900 GB/s"),
     80: Device("A100-SXM4-80GB", 312e12, 80 * 2**30, 2039e9,
-               "NVIDIA A100 datasheet: 312 TFLOPS BF16/FP16 dense, 80 GB HBM2e at 2,039 GB/s",
-               SMS[80], GEMM_FRACTION[80]),
+               "NVIDIA A100 datasheet: 312 TFLOPS BF16/FP16 dense, 80 GB HBM2e at 2,039 GB/s; streaming kernels "
+               "reach 1.80 TB/s (NVIDIA Developer Forums topic 339083, Nsight Compute)",
+               SMS[80], GEMM_FRACTION[80], A100_HBM_FRACTION),
     90: Device("H100-SXM5-80GB", 989e12, 80 * 2**30, 3350e9,
                "NVIDIA H100 datasheet: 989 TFLOPS BF16 dense (1,979 with sparsity), 80 GB HBM3 at 3.35 TB/s",
                SMS[90], GEMM_FRACTION[90]),
@@ -133,7 +148,7 @@ def evaluate(spec: TransformerSpec, plans: PlanArray, env: Environment, *, achie
     full = plans.recompute == RECOMPUTE.index("full")
     selective = plans.recompute == RECOMPUTE.index("selective")
     if kernel:
-        hw = (dev.peak_flops, dev.gemm_fraction, dev.sms, dev.hbm_bandwidth)
+        hw = (dev.peak_flops, dev.gemm_fraction, dev.sms, dev.streaming_bandwidth)
         seqs = plans.micro_batch.astype(np.float64)
         opts = {"materialized": attention == "materialized"}
         dense, core = block_forward_time(spec, seqs * spec.seq_len / cp, seqs, tp, cp, plans.sp, *hw, **opts)
@@ -199,7 +214,7 @@ def evaluate(spec: TransformerSpec, plans: PlanArray, env: Environment, *, achie
     dp_exposed = dp_exposed + np.where(zero3, np.maximum(0.0, z3_comm - m * (c_f + c_b)) + z3_first, 0.0)
 
     mem = memory(spec, plans)
-    optimizer = 2 * (mem.weights + mem.gradients + mem.optimizer) / dev.hbm_bandwidth
+    optimizer = 2 * (mem.weights + mem.gradients + mem.optimizer) / dev.streaming_bandwidth
     time = pipe + dp_exposed + optimizer
     n_tokens = plans.global_batch * spec.seq_len
     gpus = plans.gpus.astype(np.float64)

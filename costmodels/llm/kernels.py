@@ -10,7 +10,8 @@ Replaces FLOPs / (peak x one achieved fraction) by what the kernels of one micro
   the device's *maximum achievable matmul* rate (:attr:`Device.gemm_fraction` of the dense peak, measured
   by a shape search, :data:`GEMM_FRACTION`); memory = 2 bytes x (mk + kn + mn) / HBM bandwidth.
 * **the element-wise work** (layer norms, softmax, dropout, bias + activation, bias + dropout + residual)
-  is memory-bound: its bytes / HBM bandwidth (:func:`elementwise_bytes`).
+  is memory-bound: its bytes / HBM bandwidth (:func:`elementwise_bytes`; the bandwidth a streaming kernel
+  reaches, which the caller passes).
 
 Per block and micro-batch, the GEMMs are the QKV, output, MLP and (mixture) router projections over the
 tokens of the micro-batch, tp-sharded (Megatron's column/row split), and the attention core: either
@@ -23,8 +24,10 @@ input's gradient: both priced as twice the forward (derived here).
 :func:`.iteration.evaluate` uses it with ``achieved=None`` on a device with a measured ceiling (A100, H100).
 Checked against published runs with nothing fitted (``tests/test_llm_published.py``): Llama 3 405B on H100
 (Dubey et al. 2024, Table 4) within 4-7% (the single fraction 0.48: 28-35% under); Narayanan et al. 2021's
-Table 1 on A100 over-predicted by 14-27% on every row, evenly (0.48: -27% to +8%): the ceiling is a CUDA 12.1
+Table 1 on A100 over-predicted by 11-21% on every row, evenly (0.48: -27% to +8%): the ceiling is a CUDA 12.1
 measurement of 2023 and those runs used the PyTorch 20.12 container (CUDA 11.1, ``examples/sc21/SRUN.sh``).
+The memory-bound work runs at the bandwidth streaming kernels reach (``Device.streaming_bandwidth``: 1.80 of the
+A100's 2.039 TB/s), not the datasheet's (which over-predicted by 14-27%).
 """
 
 from __future__ import annotations
