@@ -22,8 +22,6 @@ import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GOAL = 0.10
-REGIMES = (("small (< 1 MiB)", 0, 2**20), ("mid (1 MiB - 1 GiB)", 2**20, 2**30),
-           ("bandwidth (>= 1 GiB)", 2**30, math.inf))
 
 
 def _summary(errors: list[float]) -> dict[str, Any]:
@@ -49,7 +47,7 @@ def measure(system: str | None = None) -> dict[str, Any]:
                    "predicted_busbw_GBps": round(r["predicted_busbw_GBps"], 4), "busbw_error": r["busbw_error"],
                    "choice": f"{r['algorithm']}/{r['protocol']}"} for r in rows]
         regimes = {label: _summary([r["busbw_error"] for r in rows if lo <= r["bytes"] < hi])
-                   for label, lo, hi in REGIMES}
+                   for label, lo, hi in reference.REGIMES}
         out[name] = {"environment": rows[0]["environment"], "op": rows[0]["op"], "p": rows[0]["p"],
                      "citation": rows[0]["citation"], "regimes": regimes, "points": points}
     return {"goal": f"|busbw error| <= {GOAL:.0%}", "library": "each environment's own (nccl)", "systems": out}

@@ -111,3 +111,47 @@ def test_h200_nccl_tests_table_each_collective() -> None:
         assert row["algorithm"] == algorithm and row["bytes"] == 2**34
         assert row["predicted_busbw_GBps"] == pytest.approx(busbw, rel=0.002)  # latency: < 0.2% at 16 GiB
         assert abs(row["busbw_error"]) < 0.03
+
+
+def test_published_regimes_summarise_the_comparison_per_size_regime() -> None:
+    import numpy as np
+
+    rows = [r for r in reference.published_comparison() if math.isfinite(r["busbw_error"])]
+    regimes = reference.published_regimes("nccl")
+    assert list(regimes) == [label for label, _, _ in reference.REGIMES]
+    for label, lo, hi in reference.REGIMES:
+        errors = [r["busbw_error"] for r in rows if lo <= r["bytes"] < hi]
+        r = regimes[label]
+        assert r["points"] == len(errors) and r["median_error"] == pytest.approx(float(np.median(errors)))
+        assert r["max_abs_error"] == pytest.approx(max(abs(e) for e in errors))
+    # NCCL's own model: the bandwidth regime is met (median within 1%), the mid sizes are not (its model is
+    # faster than every published table there)
+    assert abs(regimes["bandwidth (>= 1 GiB)"]["median_error"]) < 0.01
+    assert regimes["mid (1 MiB - 1 GiB)"]["median_error"] > 0.3
+    assert reference.published_regimes("gloo") == {}
+
+
+def test_published_check_names_the_regimes_of_the_sizes_shown() -> None:
+    line = reference.published_check("nccl", [2**20, 2**25])
+    assert line is not None and "mid (1 MiB - 1 GiB)" in line and "small" not in line and "bandwidth" not in line
+    assert "positive: faster than measured" in line and "busbw +" in line
+    both = reference.published_check("nccl", [2**10, 2**31])
+    assert "small (< 1 MiB)" in both and "bandwidth (>= 1 GiB)" in both and "mid" not in both
+    assert reference.published_check("gloo", [2**20]) is None and reference.published_check("nccl", []) is None
+
+
+def test_cli_predict_collective_says_how_the_library_fares_against_published(capsys: pytest.CaptureFixture[str]
+                                                                              ) -> None:
+    from runners.cli import main
+
+    assert main(["predict", "collective", "-a", "auto", "--env", "NVLink-A100", "--library", "nccl", "-p", "8",
+                 "-s", "64MiB", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["published_check"] == [reference.published_check("nccl", [2**26])]
+    assert main(["predict", "collective", "-a", "auto", "--env", "NVLink-A100", "--library", "nccl", "-p", "8",
+                 "-s", "64MiB"]) == 0
+    assert "published: nccl's model against the shipped published measurements" in " ".join(
+        capsys.readouterr().out.split())
+    assert main(["predict", "collective", "-a", "ring_allreduce", "--env", "NVLink-A100", "-p", "8", "-s", "64MiB",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["published_check"] == []

@@ -131,11 +131,13 @@ def predict_collective(
     warn_implausible(environment, sizes=sizes, p=p)
     add_vs_best(rows, "time_s", ("p", "bytes"))
     rows = sort_rows(rows, sort, COLLECTIVE_SORT)
+    checks = _published_checks(rows, sizes)
     if as_csv:
         write_csv(rows)
         return
     if as_json:
-        print(json.dumps({"environment": environment.to_dict(), "results": rows}, indent=2, allow_nan=False))
+        print(json.dumps({"environment": environment.to_dict(), "results": rows, "published_check": checks},
+                         indent=2, allow_nan=False))
         return
     from rich.table import Table
 
@@ -150,6 +152,18 @@ def predict_collective(
                       "-" if r["busbw_GBps"] is None else f"{r['busbw_GBps']:.3f}")
     console().print(table)
     console().print("vs best: how much longer than the fastest algorithm shown at the same p and size")
+    from rich.markup import escape
+
+    for line in checks:
+        console().print(escape(f"published: {line}"))
+
+
+def _published_checks(rows: list[dict[str, Any]], sizes: Any) -> list[str]:
+    """How each library in the rows compares with the shipped published measurements at these sizes."""
+    from runners import reference
+
+    libraries = dict.fromkeys(r["library"] for r in rows if "library" in r)
+    return [line for lib in libraries if (line := reference.published_check(lib, sizes)) is not None]
 
 
 def predict_iteration(

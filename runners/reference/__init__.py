@@ -35,6 +35,9 @@ from runners import results
 VALIDATION_DIR = Path(__file__).resolve().parent / "validation"
 RERUN_DIR = Path(__file__).resolve().parent / "validation-rerun"
 #: the shipped validation runs: directory name -> what it is
+#: size regimes of the published comparison: label, smallest bytes, bytes from which the next begins
+REGIMES = (("small (< 1 MiB)", 0, 2**20), ("mid (1 MiB - 1 GiB)", 2**20, 2**30),
+           ("bandwidth (>= 1 GiB)", 2**30, math.inf))
 RUNS = {"validation": "2026-11-24, a busy host (other work 0-6% of the CPUs)",
         "validation-rerun": "2026-11-27, the same command on a quiet host"}
 PUBLISHED_DIR = Path(__file__).resolve().parent / "published"
@@ -109,3 +112,36 @@ def published_comparison(system: str | None = None) -> list[dict[str, Any]]:
                      "time_error": t / r["result"]["time_s"] - 1, "algorithm": str(c.algorithm),
                      "protocol": str(c.protocol), "library": c.library, "citation": r["citation"]["source"]})
     return rows
+
+
+def published_regimes(library: str = "nccl") -> dict[str, dict[str, Any]]:
+    """How far ``library``'s predictions are from every published point it prices, per size regime
+    (:data:`REGIMES`): points, systems, and the median and largest busbw error, predicted / measured - 1 (positive:
+    the model is faster than the measurement). Points whose published busbw rounds to 0 have no error and are left
+    out."""
+    rows = [r for r in published_comparison() if r["library"] == library and math.isfinite(r["busbw_error"])]
+    out: dict[str, dict[str, Any]] = {}
+    for label, lo, hi in REGIMES:
+        mine = [r for r in rows if lo <= r["bytes"] < hi]
+        if not mine:
+            continue
+        errors = sorted(r["busbw_error"] for r in mine)
+        mid = len(errors) // 2
+        median = errors[mid] if len(errors) % 2 else (errors[mid - 1] + errors[mid]) / 2
+        out[label] = {"points": len(mine), "systems": len({r["system"] for r in mine}), "median_error": median,
+                      "max_abs_error": max(abs(e) for e in errors), "low": lo, "high": hi}
+    return out
+
+
+def published_check(library: str, sizes: Any) -> str | None:
+    """One line on how ``library``'s model compares with the published measurements in the regimes that
+    ``sizes`` (bytes) fall in; None where nothing published is priced by that library."""
+    regimes = published_regimes(library)
+    sizes = [float(x) for x in sizes] if sizes is not None else []
+    shown = [(label, r) for label, r in regimes.items() if any(r["low"] <= x < r["high"] for x in sizes)]
+    if not shown:
+        return None
+    parts = [f"{label}: busbw {r['median_error']:+.0%} median, {r['max_abs_error']:.0%} at worst "
+             f"({r['points']} points, {r['systems']} systems)" for label, r in shown]
+    return (f"{library}'s model against the shipped published measurements (runners/reference/published; positive: "
+            f"faster than measured): " + "; ".join(parts))
