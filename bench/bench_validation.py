@@ -1,6 +1,6 @@
 """Benchmarks of the validation suite: P2 and the winner figure for each prediction, and DeAR's speedup over fusion.
 
-    python bench/bench_validation.py [--dir DIR ...] [--json]        # finished validations (default: both shipped)
+    python bench/bench_validation.py [--dir DIR ...] [--json]        # finished validations (default: every shipped)
     python bench/bench_validation.py --run --emulate 200mbit,1gbit,2500mbit,1gbit:2 [--ranks 4] [--json]
 
 P2: the prediction error of iteration time, |predicted / measured - 1|, across (technique, environment,
@@ -11,8 +11,9 @@ within the measured spread of the fastest (goal for (b): >= 90% of cells). Regim
 communication share of the bsp iteration per (environment, model). DeAR: its speedup over ``fusion``
 measured and predicted on every link. ``--run`` first runs ``commscope validate --suite quick`` into a
 temporary directory (needs root for ``--emulate``). ``--json`` writes bench/results/bench_validation.json
-(``{"runs": [...]}`` for several). The shipped runs: ``runners/reference/validation`` (2026-11-24, a busy host)
-and ``runners/reference/validation-rerun`` (2026-11-27, the same command on a quiet host).
+(``{"runs": [...]}`` for several). The shipped runs (``runners.reference.RUNS``): ``runners/reference/validation``
+(2026-11-24, a busy host), ``validation-rerun`` and ``validation-run3`` (2026-11-27, the same command on quiet
+hosts).
 """
 
 from __future__ import annotations
@@ -91,15 +92,18 @@ def _print(res: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, action="append",
-                    help="a finished validation (repeat for several; default: both shipped runs)")
+                    help="a finished validation (repeat for several; default: every shipped run)")
     ap.add_argument("--run", action="store_true", help="run the quick suite first")
     ap.add_argument("--emulate", default="200mbit,1gbit,2500mbit,1gbit:2")
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from runners import reference
+
     shipped = ROOT / "runners" / "reference"
     with tempfile.TemporaryDirectory() as tmp:
-        directories = args.dir or [shipped / "validation", shipped / "validation-rerun"]
+        directories = args.dir or [shipped / run for run in reference.RUNS]
         if args.run:
             directories = [Path(tmp) / "validation"]
             subprocess.run([sys.executable, "-m", "runners.cli", "validate", "--suite", "quick", "--ranks",

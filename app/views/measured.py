@@ -187,8 +187,8 @@ if source == "reference":
     from runners.reference import COMMAND
 
     run = st.radio("run", list(RUNS), format_func=RUNS.get, horizontal=True, key="meas_run",
-                   help="Two runs of the same command on two hosts of the same kind: a model change is judged on "
-                        "both, so that what fits one run's noise shows on the other.")
+                   help="Runs of the same command on hosts of the same kind: a model change is judged on every "
+                        "run, so that what fits one run's noise shows on the others.")
     records, envs = _reference(run)
     key = f"reference:{run}"
     st.caption(f"A shipped reference run: 4 gloo ranks on CPU behind emulated links, one per rank, or 2 per "
