@@ -89,6 +89,25 @@ def _print(res: dict) -> None:
               f"({s['relative_difference']:+.1%})")
 
 
+def summary(runs: list[dict]) -> list[dict]:
+    """One row per (run, prediction): P2 median and max over every cell, and the winner figure."""
+    rows = []
+    for res in runs:
+        for key, pred in res["predictions"].items():
+            p2 = pred["p2"]["all"]
+            rows.append({"run": Path(res["directory"]).name, "prediction": key, "cells": p2["n"],
+                         "median_abs_error": p2["median_abs_error"], "max_abs_error": p2["max_abs_error"],
+                         "winner_right": pred["winner"]["right"], "winner_cells": pred["winner"]["n"]})
+    return rows
+
+
+def _print_summary(runs: list[dict]) -> None:
+    print("every run (goals for (b): median <= 5%, max <= 15%, winner >= 90% of cells):")
+    for r in summary(runs):
+        print(f"  {r['run']:>18} {r['prediction']:>10}: median {r['median_abs_error']:5.1%}, max "
+              f"{r['max_abs_error']:5.1%} over {r['cells']}; winner {r['winner_right']} of {r['winner_cells']}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, action="append",
@@ -113,6 +132,9 @@ def main() -> None:
         if i:
             print()
         _print(res)
+    if len(runs) > 1:
+        print()
+        _print_summary(runs)
     if args.json:
         RESULTS.mkdir(parents=True, exist_ok=True)
         for res in runs:

@@ -330,3 +330,25 @@ def test_a_failed_job_is_reported_with_its_error_line(tmp_path) -> None:
     assert failures[0].startswith("host: the job exited with code ")
     assert "commscope: error:" in failures[0] and "no_such_model" in failures[0]
     assert (tmp_path / "validation.csv").exists()  # the tables are written (empty) even so
+
+
+def test_bench_validation_summarises_every_shipped_run() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("bench_validation", root / "bench" / "bench_validation.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    runs = [bench.analyse(reference.run_dir(run)) for run in reference.RUNS]
+    rows = bench.summary(runs)
+    assert [(r["run"], r["prediction"]) for r in rows] == [
+        (run, key) for run in reference.RUNS for key in ("sweep", "calibrated", "defaults")]
+    for r in rows:
+        table = v.table_rows(reference.validation_records(r["run"]))
+        p2 = v.summary(table, r["prediction"])["all"]
+        won = v.winners(table, r["prediction"])
+        assert (r["cells"], r["median_abs_error"], r["max_abs_error"]) == (p2["n"], p2["median_abs_error"],
+                                                                          p2["max_abs_error"])
+        assert (r["winner_right"], r["winner_cells"]) == (won["right"], won["n"]) and r["cells"] == 54
