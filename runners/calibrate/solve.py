@@ -86,7 +86,6 @@ def _fit(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str], start
     from scipy import optimize, stats
 
     measured = np.array([c.measured_s for c in cells])
-    free = list(terms)
 
     def envs_at(x: np.ndarray, names: Sequence[str], step: float = 0.0) -> list[cm.Environment]:
         base = {k: max(v, 0.0) * SCALE[k] for k, v in zip(names, x, strict=True)}
