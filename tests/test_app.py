@@ -256,16 +256,6 @@ def test_page_draws_the_library_choice(page: AppTest) -> None:
     shown = next(d.value for d in page.dataframe if "choice" in d.value.columns)
     assert list(shown["choice"]) == _bands(spec)
     assert any("NCCL" in c.value for c in page.caption)  # the library's description and source
-    # how NCCL's model fares against the shipped published measurements over the page's sizes, from them
-    from runners import reference
-
-    notes = [i.value for i in page.info if "published measurements" in i.value]
-    assert len(notes) == 1 and "busbw" in notes[0]
-    for label, r in reference.published_regimes("nccl").items():
-        assert (label in notes[0]) == (r["low"] < SIZES[-1] and r["high"] > SIZES[0])
-    page.selectbox(key="coll_library").set_value("gloo").run()  # nothing published is priced by gloo
-    assert not any("published measurements" in i.value for i in page.info)
-    page.selectbox(key="coll_library").set_value("nccl").run()
     page.multiselect(key="coll_algorithms_allreduce").set_value([]).run()  # the library's curve alone
     assert not page.exception and _names(_chart(page)) == ["library: nccl"]
 

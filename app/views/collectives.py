@@ -79,14 +79,6 @@ def _library(primitive: str, p: int, env_json: str, lo: int, hi: int, library: s
     return curve, cm.choice_bands(sizes, choice), band_table(sizes, choice), choice.library
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
-def _published_check(library: str, lo: int, hi: int) -> str | None:
-    """How the library's model compares with the shipped published measurements over the page's sizes."""
-    from runners import reference
-
-    return reference.published_check(library, np.geomspace(2.0**lo, 2.0**hi, hi - lo + 1))
-
-
 def _published_chosen() -> None:
     """A published system sets the page to its environment (the sidebar's preset), world size and primitive."""
     if st.session_state.get("coll_measured") != "published":
@@ -265,9 +257,6 @@ else:
     if priced_by != library:
         st.caption(f"{library} has no rule for {primitive}: it is priced as the {priced_by} library would.")
     st.caption(f"**{lib.name}**: {lib.description}. Source: {lib.source}")
-    check = _published_check(priced_by, lo, hi)
-    if check:
-        st.info(check[0].upper() + check[1:] + ". The Predicted vs measured page shows every point.")
     st.dataframe(band_rows.drop(columns=["from_bytes", "to_bytes"]), hide_index=True, width="stretch",
                  key="coll_bands")
 
