@@ -120,9 +120,8 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     from runners import reference
 
-    shipped = ROOT / "runners" / "reference"
     with tempfile.TemporaryDirectory() as tmp:
-        directories = args.dir or [shipped / run for run in reference.RUNS]
+        directories = args.dir or [reference.run_dir(run) for run in reference.RUNS]
         if args.run:
             directories = [Path(tmp) / "validation"]
             subprocess.run([sys.executable, "-m", "runners.cli", "validate", "--suite", "quick", "--ranks",

@@ -28,6 +28,7 @@ puts the environment's library prediction beside each.
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -127,10 +128,9 @@ def published_regimes(library: str = "nccl") -> dict[str, dict[str, Any]]:
         mine = [r for r in rows if lo <= r["bytes"] < hi]
         if not mine:
             continue
-        errors = sorted(r["busbw_error"] for r in mine)
-        mid = len(errors) // 2
-        median = errors[mid] if len(errors) % 2 else (errors[mid - 1] + errors[mid]) / 2
-        out[label] = {"points": len(mine), "systems": len({r["system"] for r in mine}), "median_error": median,
+        errors = [r["busbw_error"] for r in mine]
+        out[label] = {"points": len(mine), "systems": len({r["system"] for r in mine}),
+                      "median_error": statistics.median(errors),
                       "max_abs_error": max(abs(e) for e in errors), "low": lo, "high": hi}
     return out
 
