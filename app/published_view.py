@@ -63,13 +63,13 @@ def published_section() -> None:
     d1.download_button("points (CSV)", partial(exports.csv_with_header, view,
                                                {"what": "published collectives beside the library model"}),
                        file_name="published_vs_model.csv",
-                       mime="text/csv", key="meas_dl_pub_csv")
+                       mime="text/csv", key="meas_dl_pub_csv", on_click="ignore")
     d2.download_button("per system (CSV)", partial(exports.csv_with_header, summary,
                                                    {"what": "published collectives: model errors per system"}),
                        file_name="published_errors.csv",
-                       mime="text/csv", key="meas_dl_pub_summary")
+                       mime="text/csv", key="meas_dl_pub_summary", on_click="ignore")
     d3.download_button("figure (HTML, works offline)", partial(exports.offline_html, fig),
-                       file_name="published_vs_model.html", mime="text/html", key="meas_dl_pub_html")
+                       file_name="published_vs_model.html", mime="text/html", key="meas_dl_pub_html", on_click="ignore")
     with st.expander("every published point"):
         st.dataframe(view, hide_index=True, width="stretch", column_config=_percent(["busbw_error", "time_error"]))
     st.subheader("Sources")

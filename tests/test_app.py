@@ -256,6 +256,16 @@ def test_page_draws_the_library_choice(page: AppTest) -> None:
     shown = next(d.value for d in page.dataframe if "choice" in d.value.columns)
     assert list(shown["choice"]) == _bands(spec)
     assert any("NCCL" in c.value for c in page.caption)  # the library's description and source
+    # how NCCL's model fares against the shipped published measurements over the page's sizes, from them
+    from runners import reference
+
+    notes = [i.value for i in page.info if "published measurements" in i.value]
+    assert len(notes) == 1 and "busbw" in notes[0]
+    for label, r in reference.published_regimes("nccl").items():
+        assert (label in notes[0]) == (r["low"] < SIZES[-1] and r["high"] > SIZES[0])
+    page.selectbox(key="coll_library").set_value("gloo").run()  # nothing published is priced by gloo
+    assert not any("published measurements" in i.value for i in page.info)
+    page.selectbox(key="coll_library").set_value("nccl").run()
     page.multiselect(key="coll_algorithms_allreduce").set_value([]).run()  # the library's curve alone
     assert not page.exception and _names(_chart(page)) == ["library: nccl"]
 
@@ -322,3 +332,19 @@ def test_custom_fabric_shows_only_what_the_levels_mean(page: AppTest) -> None:
     assert {"env_leaf", "env_rail"} <= keys()
     page.sidebar.number_input(key="env_gpus").set_value(2).run()  # fewer GPUs than NICs: NICs follow
     assert not page.exception and page.sidebar.number_input(key="env_nics").value == 2
+
+
+def test_no_download_reruns_the_page() -> None:
+    """Every download button in the app passes ``on_click="ignore"``: a click that also reran the script could
+    drop the deferred data the click asks for (Streamlit registers each button's callable anew on every run), and a
+    download has nothing to recompute. Found by reading the app's source, so a new button without it fails here."""
+    import ast
+
+    missing = []
+    for path in sorted((Path(__file__).parent.parent / "app").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "download_button":
+                on_click = [k.value for k in node.keywords if k.arg == "on_click"]
+                if not (on_click and isinstance(on_click[0], ast.Constant) and on_click[0].value == "ignore"):
+                    missing.append(f"{path.name}:{node.lineno}")
+    assert missing == [], f"download buttons that rerun the page: {missing}"

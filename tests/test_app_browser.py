@@ -90,10 +90,12 @@ def _wait_rendered(page) -> None:
 
 
 def _download(page, button: str, tries: int = 3):
-    """The file a download button gives. Its data is made on the click (a deferred download); once, in a full
-    clean-clone suite run (never alone), a click started no download in 90 s, likely a click that landed while the
-    script reran and found the old button's data gone. The click is tried again once the page has settled, up to
-    ``tries`` times: the download itself must still work."""
+    """The file a download button gives. Its data is made on the click (a deferred download). A click that also
+    reran the script could find its data gone: each rerun registers the button's callable anew and drops the old
+    one, so a click still holding the old id started no download (seen in full clean-clone suite runs, and once in
+    nine runs alone). The app's download buttons no longer rerun the page (``on_click="ignore"``,
+    ``tests/test_app.py::test_no_download_reruns_the_page``); the click is still tried again once the page has
+    settled, up to ``tries`` times, in case a rerun from elsewhere races it: the download itself must work."""
     for attempt in range(tries):
         try:
             with page.expect_download(timeout=TIMEOUT_MS // tries) as info:

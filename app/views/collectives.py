@@ -79,6 +79,14 @@ def _library(primitive: str, p: int, env_json: str, lo: int, hi: int, library: s
     return curve, cm.choice_bands(sizes, choice), band_table(sizes, choice), choice.library
 
 
+@st.cache_data(show_spinner=False, max_entries=64)
+def _published_check(library: str, lo: int, hi: int) -> str | None:
+    """How the library's model compares with the shipped published measurements over the page's sizes."""
+    from runners import reference
+
+    return reference.published_check(library, np.geomspace(2.0**lo, 2.0**hi, hi - lo + 1))
+
+
 def _published_chosen() -> None:
     """A published system sets the page to its environment (the sidebar's preset), world size and primitive."""
     if st.session_state.get("coll_measured") != "published":
@@ -239,14 +247,17 @@ table = curves if measured is None or measured.empty else pd.concat(
 meta = {"what": f"{primitive} time and bandwidth versus message size (commscope app, Collectives)",
         "environment": f"{env.name}: {env.summary()}", "p": p, "library": library}
 d1.download_button("data (CSV)", partial(exports.csv_with_header, table, meta),
-                   file_name=exports.file_name(primitive, "csv", env.name, p), mime="text/csv", key="coll_dl_csv")
+                   file_name=exports.file_name(primitive, "csv", env.name, p), mime="text/csv", key="coll_dl_csv",
+                   on_click="ignore")
 d2.download_button("figure (HTML, works offline)", partial(exports.offline_html, fig),
-                   file_name=exports.file_name(primitive, "html", env.name, p), mime="text/html", key="coll_dl_html")
+                   file_name=exports.file_name(primitive, "html", env.name, p), mime="text/html", key="coll_dl_html",
+                   on_click="ignore")
 command = collective_command(env, primitive, algorithms, p, lo, hi, library, {} if k is None else {"k": k})
 with st.expander("equivalent CLI command (copy with the icon at its right)"):
     st.code(command, language="bash", wrap_lines=True)
     if needs_env_file(command):
-        st.download_button("env.json", env_json, file_name="env.json", mime="application/json", key="coll_dl_env")
+        st.download_button("env.json", env_json, file_name="env.json", mime="application/json", key="coll_dl_env",
+                           on_click="ignore")
 
 st.subheader(f"What {library} runs")
 if lib_curve is None or lib_curve.empty:
@@ -257,6 +268,9 @@ else:
     if priced_by != library:
         st.caption(f"{library} has no rule for {primitive}: it is priced as the {priced_by} library would.")
     st.caption(f"**{lib.name}**: {lib.description}. Source: {lib.source}")
+    check = _published_check(priced_by, lo, hi)
+    if check:
+        st.info(check[0].upper() + check[1:] + ". The Predicted vs measured page shows every point.")
     st.dataframe(band_rows.drop(columns=["from_bytes", "to_bytes"]), hide_index=True, width="stretch",
                  key="coll_bands")
 

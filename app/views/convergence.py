@@ -151,13 +151,13 @@ meta = {"what": "convergence bounds versus iterations (commscope app, Convergenc
 d1, d2, d3 = st.columns(3)
 d1.download_button("figure data (CSV)", partial(exports.csv_with_header, data, meta),
                    file_name=exports.file_name("convergence_bounds", "csv", None, None, f"eps{eps:g}"),
-                   mime="text/csv", key="conv_dl_csv")
+                   mime="text/csv", key="conv_dl_csv", on_click="ignore")
 d2.download_button("figure (HTML, works offline)", partial(exports.offline_html, fig),
                    file_name=exports.file_name("convergence_bounds", "html", None, None, f"eps{eps:g}"),
-                   mime="text/html", key="conv_dl_html")
+                   mime="text/html", key="conv_dl_html", on_click="ignore")
 d3.download_button("iterations to eps (CSV)", partial(exports.csv_with_header, table, meta),
                    file_name=exports.file_name("convergence_iterations", "csv", None, None, f"eps{eps:g}"),
-                   mime="text/csv", key="conv_dl_iterations")
+                   mime="text/csv", key="conv_dl_iterations", on_click="ignore")
 with st.expander("equivalent CLI command (copy with the icon at its right)"):
     st.code(convergence_command(names, eps, constants), language="bash", wrap_lines=True)
 

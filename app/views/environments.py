@@ -217,11 +217,12 @@ def figures_section(result: FitTables, env_json: str, env_name: str, fit_sig: st
     st.plotly_chart(res_fig, width="stretch", key="envs_residual_chart")
     b5, b6, b7 = st.columns(3)
     b5.download_button("fit figure (HTML, works offline)", _html(fig), file_name=_name("fit", "html"),
-                       mime="text/html", key="envs_dl_fit_html")
+                       mime="text/html", key="envs_dl_fit_html", on_click="ignore")
     b6.download_button("residual figure (HTML, works offline)", _html(res_fig),
-                       file_name=_name("fit_residuals", "html"), mime="text/html", key="envs_dl_res_html")
+                       file_name=_name("fit_residuals", "html"), mime="text/html", key="envs_dl_res_html",
+                       on_click="ignore")
     b7.download_button("curves (CSV)", partial(exports.csv_with_header, curves, meta),
-                       file_name=_name("fit_curves", "csv"), mime="text/csv", key="envs_dl_curves")
+                       file_name=_name("fit_curves", "csv"), mime="text/csv", key="envs_dl_curves", on_click="ignore")
 
 
 figures_section(result, env.to_json(), env.name, "|".join([key, *primitives, *algorithms, statistic, gamma,
@@ -232,11 +233,11 @@ b1.button("use in the sidebar", key="envs_use", type="primary", on_click=_use, a
                                                                                      result.environment_json),
           help="adds it to the sidebar's \"fitted\" environments and selects it there, for every page")
 b2.download_button("environment (JSON)", result.environment_json, file_name=f"{_safe(result.name)}.json",
-                   mime="application/json", key="envs_dl_json")
+                   mime="application/json", key="envs_dl_json", on_click="ignore")
 b3.download_button("residuals (CSV)", partial(exports.csv_with_header, result.residuals, meta),
-                   file_name=_name("fit_residuals", "csv"), mime="text/csv", key="envs_dl_residuals")
+                   file_name=_name("fit_residuals", "csv"), mime="text/csv", key="envs_dl_residuals", on_click="ignore")
 b4.download_button("parameters (CSV)", partial(exports.csv_with_header, result.parameters, meta),
-                   file_name=_name("fit_parameters", "csv"), mime="text/csv", key="envs_dl_params")
+                   file_name=_name("fit_parameters", "csv"), mime="text/csv", key="envs_dl_params", on_click="ignore")
 if source == "reference":
     path = reference.VALIDATION_DIR / link / "records.jsonl"
     files = [str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)]

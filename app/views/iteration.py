@@ -224,10 +224,10 @@ else:
             "compressor": compressor, "collective": collective, "library": library}
     d1.download_button("curves (CSV)", partial(exports.csv_with_header, curves, meta),
                        file_name=exports.file_name(f"{stem}_scaling", "csv", None, (ps[0], ps[-1])),
-                       mime="text/csv", key="iter_dl_curves_csv")
+                       mime="text/csv", key="iter_dl_curves_csv", on_click="ignore")
     d2.download_button("curves (HTML, works offline)", partial(exports.offline_html, fig),
                        file_name=exports.file_name(f"{stem}_scaling", "html", None, (ps[0], ps[-1])),
-                       mime="text/html", key="iter_dl_curves_html")
+                       mime="text/html", key="iter_dl_curves_html", on_click="ignore")
 
 
 def _ranking_table(where, model: str, env_json: str, schedules: list[str], compressor: str | None, collective: str,
@@ -275,7 +275,7 @@ def one_iteration(model: str, env_json: str, schedules: list[str], compressor: s
         st.code(command, language="bash", wrap_lines=True)
         if needs_env_file(command):
             st.download_button("env.json", env_json, file_name="env.json", mime="application/json",
-                               key="iter_dl_env")
+                               key="iter_dl_env", on_click="ignore")
     if one is None:
         st.warning(f"{schedule} at p = {p}: {error}")
         _ranking_table(ranking_box, model, env_json, schedules, compressor, collective, p)
@@ -300,14 +300,15 @@ def one_iteration(model: str, env_json: str, schedules: list[str], compressor: s
             "environment": f"{env.name}: {env.summary()}", "p": p, "compressor": one_comp}
     d3.download_button("timeline (CSV)", partial(exports.csv_with_header, one["events"], meta),
                        file_name=exports.file_name(f"{stem}_timeline", "csv", env.name, p), mime="text/csv",
-                       key="iter_dl_events_csv")
+                       key="iter_dl_events_csv", on_click="ignore")
     d4.download_button("timeline (HTML, works offline)", partial(exports.offline_html, gantt),
                        file_name=exports.file_name(f"{stem}_timeline", "html", env.name, p), mime="text/html",
-                       key="iter_dl_gantt_html")
+                       key="iter_dl_gantt_html", on_click="ignore")
     d5.download_button("Chrome trace (JSON)", partial(_trace, *one_args),
                        file_name=exports.file_name(f"{stem}_trace", "json", env.name, p), mime="application/json",
                        key="iter_dl_trace",
-                       help="Opens in chrome://tracing or ui.perfetto.dev, beside a measured torch.profiler trace.")
+                       help="Opens in chrome://tracing or ui.perfetto.dev, beside a measured torch.profiler trace.",
+                       on_click="ignore")
 
     # ------------------------------------------------------------------------------ breakdown
     st.subheader(f"Breakdown at p = {p}")

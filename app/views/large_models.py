@@ -152,7 +152,7 @@ meta = {"what": f"parallel plans of {model} ranked by iteration time (commscope 
         "environment": f"{env_name}: {env.summary()}", "p": f"{gpus} GPUs", "device memory": f"{memory_gib:g} GiB"}
 st.download_button("ranked plans (CSV)", partial(exports.csv_with_header, table, meta),
                    file_name=exports.file_name(f"{model}_plans", "csv", env_name, gpus), mime="text/csv",
-                   key="llm_dl_plans")
+                   key="llm_dl_plans", on_click="ignore")
 with st.expander("equivalent CLI command (copy with the icon at its right)"):
     st.code(llm_command(model, gpus, env_name, memory_gib, top, kernel=compute != DEFAULT_COMPUTE), language="bash",
             wrap_lines=True)
@@ -176,7 +176,7 @@ st.caption(f"bubble {detail['bubble']:.3g} s ({detail['bubble_fraction']:.1%} of
 st.download_button("pipeline Chrome trace (JSON)", partial(_trace, model, env_name, plan, compute),
                    file_name=exports.file_name(f"{model}_pipeline", "json", env_name, gpus),
                    mime="application/json", key="llm_dl_trace",
-                   help="Opens in chrome://tracing or ui.perfetto.dev.")
+                   help="Opens in chrome://tracing or ui.perfetto.dev.", on_click="ignore")
 a1, a2 = st.columns([1, 1])
 a1.plotly_chart(attribution_fig, width="stretch", key="llm_attr_fig")
 att = detail["attribution"]

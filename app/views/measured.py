@@ -288,10 +288,10 @@ def scatter_section(sig: str, chosen: str, pview: pd.DataFrame, can_band: bool, 
     d1, d2 = st.columns(2)
     d1.download_button("data (CSV)", partial(exports.csv_with_header, shown, meta),
                        file_name=exports.file_name("predicted_vs_measured", "csv", env_part, None),
-                       mime="text/csv", key="meas_dl_scatter_csv")
+                       mime="text/csv", key="meas_dl_scatter_csv", on_click="ignore")
     d2.download_button("figure (HTML, works offline)", _html(fig),
                        file_name=exports.file_name("predicted_vs_measured", "html", env_part, None),
-                       mime="text/html", key="meas_dl_scatter_html")
+                       mime="text/html", key="meas_dl_scatter_html", on_click="ignore")
 
 
 scatter_section(sig, chosen, pview,
@@ -338,7 +338,7 @@ FILE_META = {"environment": ", ".join(chosen_envs), "records": key, "prediction"
 st.download_button("errors (CSV)", partial(exports.csv_with_header, errors_csv,
                                            {"what": "prediction errors (commscope app)", **FILE_META}),
                    file_name=exports.file_name("prediction_errors", "csv", "+".join(chosen_envs)), mime="text/csv",
-                   key="meas_dl_errors")
+                   key="meas_dl_errors", on_click="ignore")
 with st.expander("every record"):
     st.dataframe(pview, hide_index=True, width="stretch", column_config=_percent(
         ["error", "abs_error", "spread", "comm_share_bsp", "error_calibrated", "error_defaults", "term_change"]))
@@ -359,10 +359,10 @@ g1, g2 = st.columns(2)
 g1.download_button("data (CSV)", partial(exports.csv_with_header, eff, {"what": f"{metric}, predicted and measured",
                                                                      **FILE_META}),
                    file_name=exports.file_name(f"efficiency_{metric}", "csv", "+".join(chosen_envs)), mime="text/csv",
-                   key="meas_dl_eff_csv")
+                   key="meas_dl_eff_csv", on_click="ignore")
 g2.download_button("figure (HTML, works offline)", _html(eff_fig),
                    file_name=exports.file_name(f"efficiency_{metric}", "html", "+".join(chosen_envs)),
-                   mime="text/html", key="meas_dl_eff_html")
+                   mime="text/html", key="meas_dl_eff_html", on_click="ignore")
 
 # ----------------------------------------------------------------------------- fitted environments
 st.subheader("Fitted environment of each link")
@@ -389,7 +389,7 @@ h1, h2, h3 = st.columns(3)
 h1.download_button("parameters (CSV)", partial(exports.csv_with_header, params,
                                                {"what": "each link's fitted parameters", **FILE_META}),
                    file_name=exports.file_name("fitted_parameters", "csv", "+".join(envs)),
-                   mime="text/csv", key="meas_dl_params")
+                   mime="text/csv", key="meas_dl_params", on_click="ignore")
 link = h2.selectbox("environment JSON of", list(envs), key="meas_env_link", label_visibility="collapsed")
 h3.download_button(f"{link} environment (JSON)", environment_json(envs[link]), file_name=f"environment_{link}.json",
-                   mime="application/json", key="meas_dl_env_json")
+                   mime="application/json", key="meas_dl_env_json", on_click="ignore")

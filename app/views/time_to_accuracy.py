@@ -224,10 +224,10 @@ meta = {"what": f"time to eps = {eps:g} per technique (commscope app, Time to ac
 d1, d2 = st.columns(2)
 d1.download_button("table (CSV)", partial(exports.csv_with_header, table, meta),
                    file_name=exports.file_name(f"tta_{model}", "csv", env.name, p), mime="text/csv",
-                   key="tta_dl_table_csv")
+                   key="tta_dl_table_csv", on_click="ignore")
 d2.download_button("bar chart (HTML, works offline)", partial(exports.offline_html, bar),
                    file_name=exports.file_name(f"tta_{model}", "html", env.name, p), mime="text/html",
-                   key="tta_dl_table_html")
+                   key="tta_dl_table_html", on_click="ignore")
 shipped_files = _shipped(str(SHIPPED_DIR))[1] if source.startswith("shipped") else []
 command = tta_command(env, model, p, eps, specs, constants,
                      str((SHIPPED_DIR / shipped_files[0]).relative_to(SHIPPED_DIR.parents[2])) if shipped_files else
@@ -235,7 +235,8 @@ command = tta_command(env, model, p, eps, specs, constants,
 with st.expander("equivalent CLI command (copy with the icon at its right)"):
     st.code(command, language="bash", wrap_lines=True)
     if needs_env_file(command):
-        st.download_button("env.json", env_json, file_name="env.json", mime="application/json", key="tta_dl_env")
+        st.download_button("env.json", env_json, file_name="env.json", mime="application/json", key="tta_dl_env",
+                           on_click="ignore")
 
 
 @st.fragment
@@ -270,10 +271,10 @@ def winner_map(model: str, env_json: str, p: int, eps: float, specs: tuple[str, 
     d3, d4 = st.columns(2)
     d3.download_button("map data (CSV)", partial(exports.csv_with_header, grid, meta),
                        file_name=exports.file_name(f"tta_map_{model}", "csv", env.name, (plo, phi)), mime="text/csv",
-                       key="tta_dl_map_csv")
+                       key="tta_dl_map_csv", on_click="ignore")
     d4.download_button("map (HTML, works offline)", partial(exports.offline_html, heat),
                        file_name=exports.file_name(f"tta_map_{model}", "html", env.name, (plo, phi)),
-                       mime="text/html", key="tta_dl_map_html")
+                       mime="text/html", key="tta_dl_map_html", on_click="ignore")
 
 
 winner_map(model, env_json, p, eps, tuple(specs), items, source, records)
