@@ -15,6 +15,13 @@ repetition's, so their spread shows:
   each is launched, against the end of backward;
 * ``two_groups``: gpt_wide's LM head (8.4 MB) all-reduced from its gradient hook while backward goes on and
   the rest after backward, against one flattened all-reduce after backward: iteration time to the last byte.
+* ``progress``: one all-reduce of 20 KB, 640 KB or 4 MB alone, and launched asynchronously beside a matmul loop
+  that runs on every rank until it completes: the time to complete (in-flight progress on cores the compute keeps
+  busy; ``slowdown`` = beside / alone - 1, the kappa_m a single message sees);
+* ``queue``: 16 all-reduces of 20 KB one after another (blocking) against all launched at once (asynchronous,
+  then waited for), no compute: how many gloo runs at once (``concurrency`` = blocking / queued); and 60 of
+  10 KB launched evenly over 200 ms of matmuls, as WFBP's hooks launch them: how many complete before the
+  compute ends, and the tail after it against the same 60 queued with no compute.
 
 ``--json`` writes bench/results/bench_overlap_diagnostics.json (``--out`` another path). Exit code 2 with one line
 on bad input.
@@ -34,7 +41,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-EXPERIMENTS = ("interference", "buckets", "two_groups")
+EXPERIMENTS = ("interference", "buckets", "two_groups", "progress", "queue")
 ITERS, WARMUP = 8, 2
 
 
@@ -140,13 +147,90 @@ def _two_groups(dist: Any, torch: Any) -> dict[str, Any]:
     return out
 
 
+def _spin_until(torch: Any, a: Any, work: Any) -> None:
+    while not work.is_completed():
+        torch.mm(a, a)
+    work.wait()
+
+
+def _progress(dist: Any, torch: Any) -> dict[str, Any]:
+    a = torch.randn(192, 192)
+    out: dict[str, Any] = {}
+    for nbytes in (20_000, 640_000, 4_000_000):
+        buf = torch.ones(nbytes // 4)
+        alone, beside = [], []
+        for it in range(WARMUP + ITERS):
+            dist.barrier()
+            t = time.perf_counter()
+            dist.all_reduce(buf)
+            x = time.perf_counter() - t
+            dist.barrier()
+            t = time.perf_counter()
+            _spin_until(torch, a, dist.all_reduce(buf, async_op=True))
+            if it >= WARMUP:
+                alone.append(x)
+                beside.append(time.perf_counter() - t)
+        m = statistics.median
+        out[str(nbytes)] = {"alone_ms": m(alone) * 1e3, "beside_compute_ms": m(beside) * 1e3,
+                            "slowdown": m(beside) / m(alone) - 1}
+    return out
+
+
+def _queue(dist: Any, torch: Any) -> dict[str, Any]:
+    a = torch.randn(192, 192)
+    m = statistics.median
+    small = [torch.ones(5_000) for _ in range(16)]  # 20 KB each
+    blocking, queued = [], []
+    for it in range(WARMUP + ITERS):
+        dist.barrier()
+        t = time.perf_counter()
+        for b in small:
+            dist.all_reduce(b)
+        x = time.perf_counter() - t
+        dist.barrier()
+        t = time.perf_counter()
+        for w in [dist.all_reduce(b, async_op=True) for b in small]:
+            w.wait()
+        if it >= WARMUP:
+            blocking.append(x)
+            queued.append(time.perf_counter() - t)
+    hooks = [torch.ones(2_500) for _ in range(60)]  # 10 KB each, launched over the compute as WFBP's hooks do
+    compute_s, during, tails, alone = 0.2, [], [], []
+    for it in range(WARMUP + ITERS):
+        dist.barrier()
+        t0, works, i = time.perf_counter(), [], 0
+        while (now := time.perf_counter() - t0) < compute_s or i < len(hooks):
+            while i < len(hooks) and now >= compute_s * (0.05 + 0.9 * i / len(hooks)):
+                works.append(dist.all_reduce(hooks[i], async_op=True))
+                i += 1
+            torch.mm(a, a)
+        t1 = time.perf_counter()
+        done = sum(w.is_completed() for w in works)
+        for w in works:
+            w.wait()
+        tail = time.perf_counter() - t1
+        dist.barrier()
+        t = time.perf_counter()
+        for w in [dist.all_reduce(b, async_op=True) for b in hooks]:
+            w.wait()
+        if it >= WARMUP:
+            during.append(done)
+            tails.append(tail)
+            alone.append(time.perf_counter() - t)
+    return {"blocking_16x20KB_ms": m(blocking) * 1e3, "queued_16x20KB_ms": m(queued) * 1e3,
+            "concurrency": m(blocking) / m(queued),
+            "wfbp_like_60x10KB": {"compute_ms": compute_s * 1e3, "completed_during_compute": m(during),
+                                  "tail_after_compute_ms": m(tails) * 1e3, "queued_alone_ms": m(alone) * 1e3}}
+
+
 def rank_side(experiment: str) -> int:
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    res = {"interference": _interference, "buckets": _buckets, "two_groups": _two_groups}[experiment](dist, torch)
+    res = {"interference": _interference, "buckets": _buckets, "two_groups": _two_groups, "progress": _progress,
+           "queue": _queue}[experiment](dist, torch)
     if dist.get_rank() == 0:
         print("RESULT " + json.dumps(res), flush=True)
     dist.destroy_process_group()
