@@ -139,6 +139,9 @@ def test_plan_llm_device_memory_limits_the_plans(capsys: pytest.CaptureFixture[s
     (("predict", "llm", *GPT, "--achieved", "kernel", "--attention", "flash"),
      "--attention must be one of fused, materialized, got 'flash'"),
     (("predict", "llm", *GPT, "--attention", "materialized"), "--attention applies to --achieved kernel only"),
+    (("predict", "llm", *GPT, "--achieved", "kernel", "--loss", "bf16"),
+     "--loss must be one of fp32, fp16, fused, got 'bf16'"),
+    (("plan", "llm", *GPT, "--loss", "fused"), "--loss applies to --achieved kernel only"),
     (("predict", "llm", *GPT, "--micro-batch", "0"), "--micro-batch must be a positive integer, got 0"),
     (("plan", "llm", "--model", "gpt3-175b", "--gpus", "8", "--device-memory", "10GiB", "--no-switch"),
      "no plan of gpt3-175b on 8 GPUs fits in 10.0 GiB"),
@@ -168,6 +171,13 @@ def test_kernel_model_from_the_command_line_is_the_api_s(capsys: pytest.CaptureF
                     attention=attention)
         assert got["iteration_time_s"] == pytest.approx(want.iteration_time, rel=1e-12)
         assert got["iteration_time_s"] != pytest.approx(fixed["iteration_time_s"], rel=1e-3)
+    times = {}
+    for loss in ("fp32", "fp16", "fused"):  # the cross-entropy's kernels (costmodels.llm.kernels.LOSS_BYTES)
+        times[loss] = json.loads(run_ok(capsys, *argv, "--achieved", "kernel", "--loss", loss))["iteration_time_s"]
+        want = plan(llm("gpt3-175b"), 1024, cm.environment("8xH100-NVLink+IB-NDR"), tp=8, pp=16, achieved=None,
+                    loss=loss)
+        assert times[loss] == pytest.approx(want.iteration_time, rel=1e-12)
+    assert times["fused"] < times["fp16"] < times["fp32"]
     out = run_ok(capsys, "predict", "llm", *GPT, "--tp", "8", "--pp", "16", "--achieved", "kernel")
     assert "kernels by shape (kernel model)" in out
     ranked = json.loads(run_ok(capsys, "plan", "llm", *GPT, "--achieved", "kernel", "--no-switch", "--top", "3",

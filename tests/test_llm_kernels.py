@@ -83,3 +83,35 @@ def test_kernel_model_is_opt_in_and_slower_than_the_ceiling():
     assert np.all(slower.compute > new.compute)
     with pytest.raises(cm.CommscopeError, match="attention"):
         evaluate(spec, plans, env, achieved=None, attention="flash3")
+
+
+def test_loss_bytes_by_hand():
+    # Megatron's vocab-parallel cross-entropy on logits cast to fp32 (the SC'21 runs: no --fp16-lm-cross-entropy):
+    # forward cast 2 + 4, max 4, subtract 8, exp 8, sum 4, divide 8 = 38 bytes per logit; backward multiply 8 and
+    # the cast's gradient 4 + 2 = 14. The 1.7B row's micro-batch: 16 x 2048 = 32,768 tokens x 51,200 logits
+    # = 1,677,721,600 logits: 63,753,420,800 B / 1.80e12 B/s = 3.54186e-2 s forward and 23,488,102,400 B
+    # = 1.30489e-2 s backward
+    spec = TransformerSpec(name="gpt-1.7b", layers=24, hidden=2304, heads=24, kv_heads=24, ffn=9216, gated=False,
+                           seq_len=2048, vocab=51200, global_batch=512, dtype="fp16")
+    assert kernels.LOSS_BYTES == {"fp32": (38.0, 14.0), "fp16": (16.0, 4.0), "fused": (4.0, 0.0)}
+    f, b = kernels.loss_time(spec, 32_768, 1, 1.80e12)
+    assert f == pytest.approx(3.54186e-2, rel=1e-5) and b == pytest.approx(1.30489e-2, rel=1e-5)
+    f8, b8 = kernels.loss_time(spec, 32_768, 8, 1.80e12, "fp16")  # tp 8: 6,400 logits per token; 16 + 4 bytes
+    assert f8 == pytest.approx(32_768 * 6_400 * 16 / 1.80e12) and b8 == pytest.approx(32_768 * 6_400 * 4 / 1.80e12)
+
+
+def test_the_loss_adds_its_bytes_to_the_kernel_model_only():
+    # one micro-batch on one stage (pp 1, dp 1): the forward and backward differ by the loss's bytes alone
+    spec, env = cm.llm("gpt3-175b"), cm.environment("8xA100-NVLink+IB-HDR")
+    plans = PlanArray.of([Plan(tp=8, pp=1, dp=1, micro_batch=1, global_batch=1, recompute="full")])
+    runs = {loss: evaluate(spec, plans, env, achieved=None, loss=loss) for loss in kernels.LOSS_BYTES}
+    logits = spec.seq_len * spec.vocab / 8
+    for loss, (fwd, bwd) in kernels.LOSS_BYTES.items():
+        extra = logits * (fwd + bwd) / A100.streaming_bandwidth
+        assert runs[loss].compute - runs["fused"].compute == pytest.approx(
+            extra - logits * 4.0 / A100.streaming_bandwidth, rel=1e-9)
+    assert runs["fused"].time[0] < runs["fp16"].time[0] < runs["fp32"].time[0]
+    single = [evaluate(spec, plans, env, loss=loss).time[0] for loss in kernels.LOSS_BYTES]
+    assert single[0] == single[1] == single[2]  # an achieved fraction is end to end: the loss is inside it
+    with pytest.raises(cm.CommscopeError, match="loss must be one of fp32, fp16, fused, got 'bf16'"):
+        evaluate(spec, plans, env, achieved=None, loss="bf16")

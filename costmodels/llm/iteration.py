@@ -10,7 +10,8 @@ Per micro-batch, on the busiest pipeline stage (its L/p blocks and the logits, w
   base and was not measured on Narayanan et al.'s runs. With ``achieved=None`` on an A100 or H100, the kernel
   model instead (:mod:`.kernels`: each GEMM by its shape, wave-quantized at the device's measured matmul
   ceiling, or memory-bound; the element-wise work as bytes / HBM bandwidth; ``attention`` 'fused'
-  (FlashAttention) or 'materialized' (Megatron 2021: scores written to HBM)). Give ``compute_s`` (a
+  (FlashAttention) or 'materialized' (Megatron 2021: scores written to HBM); the cross-entropy by its bytes per
+  logit, ``loss`` 'fp32' (Megatron's default), 'fp16' or 'fused', :data:`.kernels.LOSS_BYTES`). Give ``compute_s`` (a
   measured forward+backward time per micro-batch per stage) to replace either estimate.
 * **communication on the critical path** (not overlapped): tensor parallelism (Megatron without its
   communication-overlap options), expert all-to-all, pipeline sends (v per pass), and the part of each
@@ -43,7 +44,7 @@ from ..errors import CommscopeError
 from .comm import GroupCost, communication
 from .flops import attention_core_flops, layer_flops, logits_flops, model_flops_per_token, recompute_flops_per_token
 from .groups import p2p_time
-from .kernels import GEMM_FRACTION, SMS, block_forward_time, logits_forward_time
+from .kernels import GEMM_FRACTION, LOSS_BYTES, SMS, block_forward_time, logits_forward_time, loss_time
 from .memory import Memory, memory
 from .pipeline import PIPELINE_SCHEDULES
 from .plan import RECOMPUTE, SCHEDULE_NAMES, PlanArray
@@ -132,12 +133,14 @@ class Evaluation:
 
 def evaluate(spec: TransformerSpec, plans: PlanArray, env: Environment, *, achieved: float | None = ACHIEVED,
              device: Device | None = None, compute_s: Any = None, overlap_grad_reduce: Any = True,
-             grad_bytes: int | None = None, attention: str = "fused") -> Evaluation:
+             grad_bytes: int | None = None, attention: str = "fused", loss: str = "fp32") -> Evaluation:
     """Evaluate every plan of ``plans`` (see the module docstring)."""
     if achieved is not None and not 0 < achieved <= 1:
         raise CommscopeError(f"achieved must be in (0, 1], got {achieved!r}")
     if attention not in ATTENTION:
         raise CommscopeError(f"attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
+    if loss not in LOSS_BYTES:
+        raise CommscopeError(f"loss must be one of {', '.join(LOSS_BYTES)}, got {loss!r}")
     dev = device_of(env, device)
     kernel = achieved is None and dev.gemm_fraction > 0
     rate = dev.peak_flops * (dev.gemm_fraction if kernel else achieved or ACHIEVED)
@@ -159,14 +162,16 @@ def evaluate(spec: TransformerSpec, plans: PlanArray, env: Environment, *, achie
         blocks_t = blocks_t / pp
         f_time = blocks_t + logits_forward_time(spec, seqs * spec.seq_len / cp, tp, *hw)
         r_time = np.where(full, blocks_t, np.where(selective, spec.layers * core / pp, 0.0))
-        effective = fwd / (f_time * dev.peak_flops)
+        loss_f, loss_b = loss_time(spec, seqs * spec.seq_len / cp, tp, dev.streaming_bandwidth, loss)
+        effective = fwd / ((f_time + loss_f) * dev.peak_flops)
     else:
         redo = tokens * np.where(full, blocks_f,
                                  np.where(selective, spec.layers * attention_core_flops(spec) / pp, 0.0))
         f_time, r_time = fwd / rate, redo / rate
+        loss_f = loss_b = 0.0  # the single achieved fraction is end to end: the loss is inside it
         effective = np.full(len(plans), rate / dev.peak_flops)
     if compute_s is None:
-        c_f, c_b, c_w = f_time, 2 * f_time + r_time, f_time
+        c_f, c_b, c_w = f_time + loss_f, 2 * f_time + r_time + loss_b, f_time
     else:
         total = np.asarray(compute_s, dtype=np.float64)
         c_f, c_b, c_w = total / 3, 2 * total / 3, total / 3

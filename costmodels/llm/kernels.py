@@ -12,6 +12,8 @@ Replaces FLOPs / (peak x one achieved fraction) by what the kernels of one micro
 * **the element-wise work** (layer norms, softmax, dropout, bias + activation, bias + dropout + residual)
   is memory-bound: its bytes / HBM bandwidth (:func:`elementwise_bytes`; the bandwidth a streaming kernel
   reaches, which the caller passes).
+* **the loss** (cross-entropy over the vocabulary, on the last pipeline stage) is memory-bound too: the bytes its
+  kernels move per logit, forward and backward (:data:`LOSS_BYTES`, :func:`loss_time`).
 
 Per block and micro-batch, the GEMMs are the QKV, output, MLP and (mixture) router projections over the
 tokens of the micro-batch, tp-sharded (Megatron's column/row split), and the attention core: either
@@ -24,8 +26,9 @@ input's gradient: both priced as twice the forward (derived here).
 :func:`.iteration.evaluate` uses it with ``achieved=None`` on a device with a measured ceiling (A100, H100).
 Checked against published runs with nothing fitted (``tests/test_llm_published.py``): Llama 3 405B on H100
 (Dubey et al. 2024, Table 4) within 4-7% (the single fraction 0.48: 28-35% under); Narayanan et al. 2021's
-Table 1 on A100 over-predicted by 11-21% on every row, evenly (0.48: -27% to +8%): the ceiling is a CUDA 12.1
-measurement of 2023 and those runs used the PyTorch 20.12 container (CUDA 11.1, ``examples/sc21/SRUN.sh``).
+Table 1 on A100 over-predicted by 11-21% on every row, evenly, with the loss in fp32 as those runs had it (0.48:
+-27% to +8%): the ceiling is a CUDA 12.1 measurement of 2023 and those runs used the PyTorch 20.12 container
+(CUDA 11.1, ``examples/sc21/SRUN.sh``).
 The memory-bound work runs at the bandwidth streaming kernels reach (``Device.streaming_bandwidth``: 1.80 of the
 A100's 2.039 TB/s), not the datasheet's (which over-predicted by 14-27%).
 """
@@ -48,6 +51,29 @@ GEMM_FRACTION = {80: 267.9 / 312, 90: 792.1 / 989}
 # streaming multiprocessors: NVIDIA A100 Tensor Core GPU Architecture whitepaper (108 SMs on A100),
 # NVIDIA H100 Tensor Core GPU Architecture whitepaper (132 SMs on H100 SXM5)
 SMS = {80: 108, 90: 132}
+
+
+# HBM bytes per logit (one token x one vocabulary entry on this tp rank), (forward, backward), of each way of
+# computing the cross-entropy. Derived here from Megatron-LM's vocab-parallel cross-entropy
+# (megatron/mpu/cross_entropy.py of the SC'21 code; tensor_parallel/cross_entropy.py since): forward
+# max (read), subtract the max (read + write), exp (read + write), sum (read), divide by the sum (read + write,
+# kept for backward); backward multiply by the output's gradient (read + write).
+# * "fp32": the logits cast to fp32 first (``vocab_parallel_cross_entropy(output.float(), labels)``, what runs
+#   without --fp16-lm-cross-entropy, as in the SC'21 runs' examples/sc21/CONFIG.sh): the cast reads 2 and writes
+#   4 bytes, the five passes move 4 + 8 + 8 + 4 + 8 = 32: 38 forward; backward 8 for the multiply and 4 + 2 for
+#   the cast's gradient back to 16 bits: 14;
+# * "fp16": the same passes on 16-bit logits (--fp16-lm-cross-entropy): 2 + 4 + 4 + 2 + 4 = 16 forward, 4 backward;
+# * "fused": one kernel reads each logit once and writes its gradient in place (Megatron-core's
+#   --cross-entropy-loss-fusion and similar): 2 + 2 = 4, in the forward.
+LOSS_BYTES = {"fp32": (38.0, 14.0), "fp16": (16.0, 4.0), "fused": (4.0, 0.0)}
+
+
+def loss_time(spec: TransformerSpec, tokens: Any, tp: Any, bandwidth: float, loss: str = "fp32") -> tuple[Any, Any]:
+    """(forward, backward) seconds of the cross-entropy over ``tokens`` on each of tp GPUs: tokens x V / tp logits
+    x :data:`LOSS_BYTES` / bandwidth (memory-bound, derived in :data:`LOSS_BYTES`)."""
+    fwd, bwd = LOSS_BYTES[loss]
+    logits = np.asarray(tokens, dtype=np.float64) * spec.vocab / np.asarray(tp, dtype=np.float64)
+    return logits * fwd / bandwidth, logits * bwd / bandwidth
 
 
 def gemm_time(m: Any, n: Any, k: Any, peak: float, fraction: float, sms: int, bandwidth: float,

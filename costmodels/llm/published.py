@@ -3,7 +3,9 @@
 The rows (``data/narayanan2021_table1.json``, with their citation) give the GPT shape, tp, pp, GPUs and global
 batch; the authors' script (``examples/sc21/run_table_1.sh`` of NVIDIA/Megatron-LM) gives the micro-batch,
 the virtual stages of the interleaved schedule, full recomputation and the DDP implementation (PyTorch's,
-which overlaps the gradient all-reduce with the backward, or Megatron's 2021 'local' one, which does not).
+which overlaps the gradient all-reduce with the backward, or Megatron's 2021 'local' one, which does not); its
+``CONFIG.sh`` passes ``--fp16`` without ``--fp16-lm-cross-entropy``, so the loss runs on logits cast to fp32
+(the kernel model's default ``loss='fp32'``, :data:`.kernels.LOSS_BYTES`).
 The prediction runs the plan on the ``8xA100-NVLink+IB-HDR`` preset (Selene's DGX A100 nodes) and converts
 its iteration time to TFLOP/s per GPU with the paper's own eq. (3) (:func:`.flops.narayanan_eq3`), as the
 table does. Nothing here is fitted to the table: the achieved fraction of peak is the default

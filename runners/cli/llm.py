@@ -2,7 +2,8 @@
 
     commscope predict llm --model gpt3-175b --gpus 1024 --env 8xH100-NVLink+IB-NDR [--tp 8 --pp 16 --dp N
                           --cp 1 --ep 1 --sp --zero 1 --schedule 1f1b --v 1 --micro-batch 1 --global-batch 1536
-                          --recompute none --achieved 0.48|kernel [--attention fused]] [--trace pipeline.json] [--json]
+                          --recompute none --achieved 0.48|kernel [--attention fused] [--loss fp32]]
+                          [--trace pipeline.json] [--json]
     commscope plan llm --model gpt3-175b --gpus 1024 --env 8xH100-NVLink+IB-NDR [--device-memory 80GiB]
                        [--top 10] [--global-batch N] [--achieved 0.48|kernel] [--no-switch] [--json | --csv]
 
@@ -44,6 +45,9 @@ AchievedOpt = Annotated[str, typer.Option(
 AttentionOpt = Annotated[str, typer.Option(
     "--attention", help="with --achieved kernel: 'fused' (FlashAttention) or 'materialized' (scores written to "
                         "memory, as Megatron-LM in 2021)")]
+LossOpt = Annotated[str, typer.Option(
+    "--loss", help="with --achieved kernel: the cross-entropy's kernels, 'fp32' (logits cast to fp32, Megatron-LM's "
+                   "default), 'fp16' (--fp16-lm-cross-entropy) or 'fused' (one pass)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 
 
@@ -68,15 +72,18 @@ def _positive(value: int | None, flag: str) -> None:
         raise UsageError(f"{flag} must be a positive integer, got {value}")
 
 
-def _compute_options(achieved: str, attention: str) -> dict[str, Any]:
-    """--achieved and --attention as :func:`costmodels.llm.iteration.evaluate` takes them: ``achieved`` a
+def _compute_options(achieved: str, attention: str, loss: str = "fp32") -> dict[str, Any]:
+    """--achieved, --attention and --loss as :func:`costmodels.llm.iteration.evaluate` takes them: ``achieved`` a
     fraction, or None for the kernel model."""
     from costmodels.llm.iteration import ATTENTION
+    from costmodels.llm.kernels import LOSS_BYTES
 
     if attention not in ATTENTION:
         raise UsageError(f"--attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
+    if loss not in LOSS_BYTES:
+        raise UsageError(f"--loss must be one of {', '.join(LOSS_BYTES)}, got {loss!r}")
     if achieved.strip().lower() == "kernel":
-        return {"achieved": None, "attention": attention}
+        return {"achieved": None, "attention": attention, "loss": loss}
     try:
         value = float(achieved)
     except ValueError:
@@ -85,6 +92,8 @@ def _compute_options(achieved: str, attention: str) -> dict[str, Any]:
         raise UsageError(f"--achieved must be a number in (0, 1] or 'kernel', got {achieved!r}")
     if attention != "fused":
         raise UsageError("--attention applies to --achieved kernel only")
+    if loss != "fp32":
+        raise UsageError("--loss applies to --achieved kernel only (an achieved fraction is end to end)")
     return {"achieved": value}
 
 
@@ -121,6 +130,7 @@ def predict_llm(
                          ] = "none",
     achieved: AchievedOpt = "0.48",
     attention: AttentionOpt = "fused",
+    loss: LossOpt = "fp32",
     trace: Annotated[Path | None, typer.Option(help="write the pipeline timeline as a Chrome/Perfetto trace")
                      ] = None,
     as_json: JsonOpt = False,
@@ -140,7 +150,7 @@ def predict_llm(
         raise UsageError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
     if recompute not in RECOMPUTE:
         raise UsageError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
-    compute = _compute_options(achieved, attention)
+    compute = _compute_options(achieved, attention, loss)
     if dp is None and gpus % (tp * cp * pp):
         raise UsageError(f"--gpus {gpus} must be a multiple of --tp x --cp x --pp ({tp * cp * pp})")
     if dp is not None and dp * tp * cp * pp != gpus:
@@ -205,6 +215,7 @@ def plan_llm(
         "--global-batch", help="sequences per iteration [default: the spec's]")] = None,
     achieved: AchievedOpt = "0.48",
     attention: AttentionOpt = "fused",
+    loss: LossOpt = "fp32",
     switch: Annotated[bool, typer.Option("--switch/--no-switch",
                                          help="scan the inter-node bandwidth for where the best plan changes")] = True,
     as_json: JsonOpt = False,
@@ -218,7 +229,7 @@ def plan_llm(
     _positive(gpus, "--gpus")
     _positive(top, "--top")
     _positive(global_batch, "--global-batch")
-    compute = _compute_options(achieved, attention)
+    compute = _compute_options(achieved, attention, loss)
     if as_json and as_csv:
         raise UsageError("give --json or --csv, not both")
     limit = None
