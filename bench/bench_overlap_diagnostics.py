@@ -22,6 +22,10 @@ repetition's, so their spread shows:
   then waited for), no compute: how many gloo runs at once (``concurrency`` = blocking / queued); and 60 of
   10 KB launched evenly over 200 ms of matmuls, as WFBP's hooks launch them: how many complete before the
   compute ends, and the tail after it against the same 60 queued with no compute.
+* ``wfbp``: the validation's two models (resnet_small, batch 32; gpt_wide, batch 8) with every gradient
+  all-reduced asynchronously from its hook during a real backward, as the WFBP runner does: how many complete
+  before backward ends, the tail after it, and the same messages with no compute queued at once and one by one
+  (blocking), as bsp per tensor sends them.
 
 ``--json`` writes bench/results/bench_overlap_diagnostics.json (``--out`` another path). Exit code 2 with one line
 on bad input.
@@ -41,7 +45,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-EXPERIMENTS = ("interference", "buckets", "two_groups", "progress", "queue")
+EXPERIMENTS = ("interference", "buckets", "two_groups", "progress", "queue", "wfbp")
 ITERS, WARMUP = 8, 2
 
 
@@ -223,6 +227,55 @@ def _queue(dist: Any, torch: Any) -> dict[str, Any]:
                                   "tail_after_compute_ms": m(tails) * 1e3, "queued_alone_ms": m(alone) * 1e3}}
 
 
+def _wfbp(dist: Any, torch: Any) -> dict[str, Any]:
+    from runners.training import zoo
+
+    out: dict[str, Any] = {}
+    for name, batch in (("resnet_small", 32), ("gpt_wide", 8)):
+        entry = zoo.model(name)
+        model = entry.builder(seed=0)
+        x, y = entry.example_batch(batch)
+        params = [q for q in model.parameters() if q.requires_grad]
+        works: list[Any] = []
+        handles = [q.register_post_accumulate_grad_hook(
+            lambda q: works.append(dist.all_reduce(q.grad, async_op=True))) for q in params]
+        rows = []
+        for it in range(WARMUP + ITERS):
+            works.clear()
+            model.zero_grad(set_to_none=True)
+            dist.barrier()
+            loss = entry.loss_fn(model(x), y)
+            t0 = time.perf_counter()
+            loss.backward()
+            t1 = time.perf_counter()
+            done = sum(w.is_completed() for w in works)
+            for w in works:
+                w.wait()
+            t2 = time.perf_counter()
+            dist.barrier()
+            t = time.perf_counter()
+            for w in [dist.all_reduce(q.grad, async_op=True) for q in params]:
+                w.wait()
+            queued = time.perf_counter() - t
+            dist.barrier()
+            t = time.perf_counter()
+            for q in params:
+                dist.all_reduce(q.grad)
+            blocking = time.perf_counter() - t
+            if it >= WARMUP:
+                rows.append((t1 - t0, done, len(works), t2 - t1, queued, blocking))
+        for h in handles:
+            h.remove()
+
+        def med(i: int) -> float:
+            return statistics.median(r[i] for r in rows)
+
+        out[name] = {"messages": med(2), "backward_ms": med(0) * 1e3, "completed_during_backward": med(1),
+                     "tail_after_backward_ms": med(3) * 1e3, "queued_alone_ms": med(4) * 1e3,
+                     "blocking_alone_ms": med(5) * 1e3, "concurrency": med(5) / med(4)}
+    return out
+
+
 def rank_side(experiment: str) -> int:
     import torch
     import torch.distributed as dist
@@ -230,7 +283,7 @@ def rank_side(experiment: str) -> int:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     res = {"interference": _interference, "buckets": _buckets, "two_groups": _two_groups, "progress": _progress,
-           "queue": _queue}[experiment](dist, torch)
+           "queue": _queue, "wfbp": _wfbp}[experiment](dist, torch)
     if dist.get_rank() == 0:
         print("RESULT " + json.dumps(res), flush=True)
     dist.destroy_process_group()
