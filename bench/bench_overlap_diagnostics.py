@@ -151,6 +151,26 @@ def _two_groups(dist: Any, torch: Any) -> dict[str, Any]:
     return out
 
 
+def _after_barrier(dist: Any, run: Any) -> float:
+    """Seconds ``run()`` takes, started on every rank together."""
+    dist.barrier()
+    t = time.perf_counter()
+    run()
+    return time.perf_counter() - t
+
+
+def _all_at_once(dist: Any, bufs: list[Any]) -> None:
+    """Every buffer all-reduced asynchronously, then all waited for (as queued messages run)."""
+    for w in [dist.all_reduce(b, async_op=True) for b in bufs]:
+        w.wait()
+
+
+def _one_by_one(dist: Any, bufs: list[Any]) -> None:
+    """Every buffer all-reduced blocking, in turn (as bsp per tensor sends them)."""
+    for b in bufs:
+        dist.all_reduce(b)
+
+
 def _spin_until(torch: Any, a: Any, work: Any) -> None:
     while not work.is_completed():
         torch.mm(a, a)
@@ -186,18 +206,11 @@ def _queue(dist: Any, torch: Any) -> dict[str, Any]:
     small = [torch.ones(5_000) for _ in range(16)]  # 20 KB each
     blocking, queued = [], []
     for it in range(WARMUP + ITERS):
-        dist.barrier()
-        t = time.perf_counter()
-        for b in small:
-            dist.all_reduce(b)
-        x = time.perf_counter() - t
-        dist.barrier()
-        t = time.perf_counter()
-        for w in [dist.all_reduce(b, async_op=True) for b in small]:
-            w.wait()
+        x = _after_barrier(dist, lambda: _one_by_one(dist, small))
+        y = _after_barrier(dist, lambda: _all_at_once(dist, small))
         if it >= WARMUP:
             blocking.append(x)
-            queued.append(time.perf_counter() - t)
+            queued.append(y)
     hooks = [torch.ones(2_500) for _ in range(60)]  # 10 KB each, launched over the compute as WFBP's hooks do
     compute_s, during, tails, alone = 0.2, [], [], []
     for it in range(WARMUP + ITERS):
@@ -213,14 +226,11 @@ def _queue(dist: Any, torch: Any) -> dict[str, Any]:
         for w in works:
             w.wait()
         tail = time.perf_counter() - t1
-        dist.barrier()
-        t = time.perf_counter()
-        for w in [dist.all_reduce(b, async_op=True) for b in hooks]:
-            w.wait()
+        queued_s = _after_barrier(dist, lambda: _all_at_once(dist, hooks))
         if it >= WARMUP:
             during.append(done)
             tails.append(tail)
-            alone.append(time.perf_counter() - t)
+            alone.append(queued_s)
     return {"blocking_16x20KB_ms": m(blocking) * 1e3, "queued_16x20KB_ms": m(queued) * 1e3,
             "concurrency": m(blocking) / m(queued),
             "wfbp_like_60x10KB": {"compute_ms": compute_s * 1e3, "completed_during_compute": m(during),
@@ -252,16 +262,9 @@ def _wfbp(dist: Any, torch: Any) -> dict[str, Any]:
             for w in works:
                 w.wait()
             t2 = time.perf_counter()
-            dist.barrier()
-            t = time.perf_counter()
-            for w in [dist.all_reduce(q.grad, async_op=True) for q in params]:
-                w.wait()
-            queued = time.perf_counter() - t
-            dist.barrier()
-            t = time.perf_counter()
-            for q in params:
-                dist.all_reduce(q.grad)
-            blocking = time.perf_counter() - t
+            grads = [q.grad for q in params]
+            queued = _after_barrier(dist, lambda: _all_at_once(dist, grads))
+            blocking = _after_barrier(dist, lambda: _one_by_one(dist, grads))
             if it >= WARMUP:
                 rows.append((t1 - t0, done, len(works), t2 - t1, queued, blocking))
         for h in handles:
