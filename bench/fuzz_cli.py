@@ -442,9 +442,12 @@ def cases() -> list[Case]:
                   ("--achieved", "1.5"), ("--achieved", "nan"), ("--achieved", "inf"), ("--achieved", "kernels"),
                   ("--achieved", ""), ("--achieved", "kernel", "--attention", "bogus"),
                   ("--attention", "materialized"), ("--env", f"{T}/garbage.json"),
-                  ("--env", f"{T}/env_both_1e308.json"), ("--sp",), ("--trace", "/dev/full")):
+                  ("--env", f"{T}/env_both_1e308.json"), ("--sp",), ("--trace", "/dev/full"),
+                  ("--achieved", "kernel", "--loss", "bogus"), ("--achieved", "kernel", "--loss", ""),
+                  ("--loss", "fused")):
         add(E(*pl, *extra))
     add(OK(*pl, "--achieved", "kernel", "--attention", "materialized", "--json"))
+    add(OK(*pl, "--achieved", "kernel", "--attention", "materialized", "--loss", "fp16", "--json"))
     add(ANY(*pl, "--achieved", "kernel", "--env", "10GbE", "--json"))  # a V100-less CPU preset: the fraction
     add(ANY(*pl, "--v", "2", "--schedule", "gpipe", "--pp", "2", "--json"))
     add(ANY(*pl, "--env", "10GbE", "--json"))
@@ -456,8 +459,9 @@ def cases() -> list[Case]:
         add(E("plan", "llm", "-m", "llama3-8b", "--gpus", g, "--no-switch"))
     for extra in (("--device-memory", "0"), ("--device-memory", "abc"), ("--device-memory", "1B"), ("--top", "0"),
                   ("--achieved", "nan"), ("--achieved", "0"), ("--json", "--csv"),
-                  ("--env", f"{T}/env_beta_neg.json")):
+                  ("--env", f"{T}/env_beta_neg.json"), ("--loss", "fused"), ("--achieved", "kernel", "--loss", "x")):
         add(E(*pn, *extra))
+    add(OK(*pn, "--achieved", "kernel", "--loss", "fused", "--top", "1", "--json"))
     add(OK(*pn, "--achieved", "kernel", "--top", "2", "--json"))
     add(ANY(*pn, "--device-memory", "1e30", "--top", "1", "--json"))
 
