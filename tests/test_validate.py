@@ -232,8 +232,8 @@ def test_shipped_reference_run(run) -> None:
 
 
 def test_shipped_runs_are_named() -> None:
-    assert reference.run_dir() == reference.VALIDATION_DIR and reference.run_dir("validation-rerun") == \
-        reference.RERUN_DIR
+    assert reference.run_dir() == reference.VALIDATION_DIR
+    assert reference.run_dir("validation-rerun") == reference.VALIDATION_DIR.parent / "validation-rerun"
     with pytest.raises(KeyError, match="no shipped validation run 'nope'; shipped: validation, validation-rerun, "
                                        "validation-run3"):
         reference.run_dir("nope")

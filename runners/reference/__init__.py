@@ -35,11 +35,10 @@ from typing import Any
 from runners import results
 
 VALIDATION_DIR = Path(__file__).resolve().parent / "validation"
-RERUN_DIR = Path(__file__).resolve().parent / "validation-rerun"
-#: the shipped validation runs: directory name -> what it is
 #: size regimes of the published comparison: label, smallest bytes, bytes from which the next begins
 REGIMES = (("small (< 1 MiB)", 0, 2**20), ("mid (1 MiB - 1 GiB)", 2**20, 2**30),
            ("bandwidth (>= 1 GiB)", 2**30, math.inf))
+#: the shipped validation runs: directory name -> what it is
 RUNS = {"validation": "2026-11-24, a busy host (other work 0-6% of the CPUs)",
         "validation-rerun": "2026-11-27, the same command on a quiet host",
         "validation-run3": "2026-11-27, a third run on a quiet host, fitted as today (gamma where it earns it)"}
