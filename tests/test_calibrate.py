@@ -72,8 +72,12 @@ def test_terms_are_recovered_from_iterations_simulated_with_them(recovered):
     res, _ = recovered
     # every cell is explained (the data are the model's own) to within the solver's tolerance on a piecewise model
     assert res.summary()["calibrated"]["max_abs_error"] < 0.01
-    # the sweep-only prediction (terms at 0) is too fast wherever a term acts
-    assert all(r["sweep_only_error"] < 0 for r in res.rows())
+    # the sweep-only prediction (terms at 0) is never too slow, and too fast wherever a term acts; BSP's blocking
+    # chain costs what the sweep timed whatever the terms (o is inside each timed call, LinkComm)
+    rows = res.rows()
+    assert all(r["sweep_only_error"] < 1e-12 for r in rows)
+    assert all(abs(r["sweep_only_error"]) < 1e-12 for r in rows if r["technique"] == "bsp")
+    assert all(r["sweep_only_error"] < -0.01 for r in rows if r["technique"] in ("wfbp", "bytescheduler"))
     got = {k: f.value for k, f in res.terms.items()}
     assert got["host_overhead"] == pytest.approx(TRUTH["host_overhead"], rel=0.05)
     for k in ("kappa_c", "kappa_m"):  # two balances of compute and communication tell them apart

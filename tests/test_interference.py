@@ -19,6 +19,7 @@ import pytest
 import costmodels as cm
 from costmodels.schedules import COMPRESSIBLE, B, C, F
 from costmodels.schedules.core import TERMS, Configurations, O, U, kappa_c, kappa_m
+from costmodels.messages import Comm
 from costmodels.schedules.engine import COMM, COMPUTE, HOST, Graph, run_many, run_one
 
 MS = 1e-3
@@ -77,31 +78,43 @@ def test_wfbp_both_slowed_by_hand() -> None:
 
 
 def test_wfbp_host_overhead_on_the_backward_thread_by_hand() -> None:
-    # o = 1 ms after each layer's backward, on the backward thread. l2: backward 6-12, issue 12-13, message 13-18;
-    # l1: backward 13-17, issue 17-18, message 18-22; l0: backward 18-20, issue 20-21, message waits for the link:
-    # 22-25 ms (24 without o).
+    # o = 1 ms after each layer's backward, on the backward thread. The sweep's price c(m) = 2 ms + m us holds the o
+    # of its blocking call, so a message holds the link for c(m) - o = 1 ms + m us (LinkComm): 4, 3 and 2 ms.
+    # l2: backward 6-12, issue 12-13, message 13-17; l1: backward 13-17, issue 17-18, message 18-21; l0: backward
+    # 18-20, issue 20-21, message 21-23 ms. 24 ms without o: issued during backward, the o's hide behind it.
     r = hand("wfbp", THREE, ENV.with_(host_overhead=1 * MS))
-    assert spans(r) == [("l2", 13, 18), ("l1", 18, 22), ("l0", 22, 25)]
+    assert spans(r) == [("l2", 13, 17), ("l1", 18, 21), ("l0", 21, 23)]
     assert [e.label for e in r.timeline.on("compute") if e.kind == "issue"] == ["l2", "l1", "l0"]
-    assert r.iteration_time == pytest.approx(25 * MS, rel=1e-12)
+    assert r.iteration_time == pytest.approx(23 * MS, rel=1e-12)
     assert r.details["host_overhead_s"] == pytest.approx(3 * MS)
+    assert r.details["communication_s"] == pytest.approx(9 * MS)
 
 
 def test_bsp_overhead_and_optimizer_by_hand() -> None:
-    # BSP issues after backward (18 ms) one blocking all-reduce at a time from the training thread, o = 1 ms each:
-    # issue 18-19, l2 19-24; issue 24-25, l1 25-29; issue 29-30, l0 30-33; then the optimizer step (3 ms): 36 ms.
-    # Nothing overlaps compute, so interference changes nothing.
+    # BSP issues after backward (18 ms) one blocking all-reduce at a time from the training thread, o = 1 ms each,
+    # then the message holds the link for c(m) - o: issue 18-19, l2 19-23; issue 23-24, l1 24-27; issue 27-28,
+    # l0 28-30; then the optimizer step (3 ms): 33 ms, as with o = 0: a chain of blocking calls costs what the
+    # sweep timed (18 + 5 + 4 + 3 + 3). Nothing overlaps compute, so interference changes nothing.
     prof = no_passes(THREE.with_optimizer(3 * MS))
     r = hand("bsp", prof, ENV.with_(host_overhead=1 * MS))
-    assert spans(r) == [("l2", 19, 24), ("l1", 25, 29), ("l0", 30, 33)]
-    assert r.iteration_time == pytest.approx(36 * MS, rel=1e-12)
+    assert spans(r) == [("l2", 19, 23), ("l1", 24, 27), ("l0", 28, 30)]
+    assert r.iteration_time == pytest.approx(33 * MS, rel=1e-12)
+    assert hand("bsp", prof, ENV).iteration_time == pytest.approx(33 * MS, rel=1e-12)
     assert hand("bsp", prof, ENV.with_(host_overhead=1 * MS, kappa_c=1.0, kappa_m=1.0)).iteration_time == \
-        pytest.approx(36 * MS, rel=1e-12)
+        pytest.approx(33 * MS, rel=1e-12)
     assert r.compute_time == pytest.approx(21 * MS)  # a single worker's forward, backward and step
-    # flatten: one message of all 6000 B after one o: 2 alpha + 6000 B x 1 us/B = 8 ms, 19-27; the step to 30 ms
+    # flatten: one o, then one message of all 6000 B: 2 alpha + 6000 B x 1 us/B - o = 7 ms, 19-26; the step to 29 ms
     flat = hand("bsp", prof, ENV.with_(host_overhead=1 * MS), flatten=True)
-    assert [(a, b) for _, a, b in spans(flat)] == [(19, 27)]
-    assert flat.iteration_time == pytest.approx(30 * MS, rel=1e-12)
+    assert [(a, b) for _, a, b in spans(flat)] == [(19, 26)]
+    assert flat.iteration_time == pytest.approx(29 * MS, rel=1e-12)
+
+
+def test_an_overhead_larger_than_the_price_leaves_the_link_at_zero() -> None:
+    # o = 3 ms against l0's c(1000) = 3 ms and l1's c(0) = 2 ms: l0 holds the link 0 ms, l1 max(2 - 3, 0) = 0 ms.
+    two = profile("two", (1000.0, 0, 1), (0.0, 0, 1))
+    r = hand("bsp", no_passes(two), ENV.with_(host_overhead=3 * MS))
+    assert [(a, b) for _, a, b in spans(r)] == [(5, 5), (8, 8)]
+    assert r.iteration_time == pytest.approx(8 * MS, rel=1e-12)
 
 
 def test_dear_by_hand() -> None:
@@ -306,9 +319,19 @@ def test_strong_interference_can_make_overlap_slower_than_serial() -> None:
 def test_monotone_in_the_terms(schedule: str) -> None:
     """Fixed task graphs: slower tasks never end anything earlier."""
     prof, env = cm.profile("resnet50"), cm.environment("10GbE")
-    times = [cm.simulate(prof, env.with_(kappa_c=k, kappa_m=k / 2, host_overhead=k * 1e-5), 8, schedule).iteration_time
+    env = env.with_(host_overhead=1e-5)
+    times = [cm.simulate(prof, env.with_(kappa_c=k, kappa_m=k / 2), 8, schedule).iteration_time
              for k in (0.0, 0.1, 0.5, 2.0)]
     assert times == sorted(times)
+
+
+def test_a_blocking_chain_costs_what_the_sweep_timed_whatever_o() -> None:
+    """o moves from the link to the issuing thread (LinkComm): BSP, which overlaps nothing, does not move."""
+    prof, env = cm.profile("resnet50"), cm.environment("10GbE")
+    base = cm.simulate(prof, env, 8, "bsp").iteration_time
+    cheapest = float(Comm("allreduce", 8, env)(0.0)[0])  # o up to the cheapest message's price
+    for o in (1e-6, cheapest / 2, cheapest):
+        assert cm.simulate(prof, env.with_(host_overhead=o), 8, "bsp").iteration_time == pytest.approx(base, rel=1e-12)
 
 
 def test_mgwfbp_merges_more_when_each_message_costs_the_host_more() -> None:

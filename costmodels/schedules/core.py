@@ -20,7 +20,9 @@ optimizer step, :func:`simulate` and ``sweep`` run the schedule's entry in :data
 ``terms_overlap``: the schedule as a task graph on the piecewise-rate engine of ``engine``) instead of
 its recurrences, which stay exactly as they are where all of them are 0. The closed-form bounds gain
 U (the optimizer time the schedule runs on a worker), O (the sum of its host overheads) and the
-interference factors; :func:`interference_excess` is derived in its docstring.
+interference factors; :func:`interference_excess` is derived in its docstring. The host overhead o is
+part of every price an environment fitted to blocking calls gives, so a message holds the link for its
+price less o (:class:`LinkComm`, derived there) while its issuing thread pays o.
 """
 
 from __future__ import annotations
@@ -134,6 +136,29 @@ class Schedule:
         return float(self.perfect_overlap.subs(at)), float(self.no_overlap.subs(at))
 
 
+class LinkComm(Comm):
+    """A message's time on the link once issued: the library's price t(n) less the host overhead o.
+
+    **Derivation (derived here).** An environment's alpha, beta and gamma are fitted to sweeps of blocking
+    calls timed back to back, so each measured call, t(n), already holds the o its thread spent issuing it
+    and waking when it completed: t(n) = o + l(n), with l(n) the time the message holds the link. A schedule
+    charges o on the issuing thread (a HOST task) and l(n) = max(t(n) - o, 0) on the link, so a chain of
+    blocking messages costs sum(o + l) = sum t, what the sweep measured, whatever o is; o changes a prediction
+    only where the thread's o overlaps other work (issues during backward, a queue of async messages), which
+    is what ``commscope calibrate`` fits it to. Pricing both t(n) and o counted o twice: every blocking
+    message of BSP paid it again. ``commscope calibrate`` bounds o by the sweep's alpha, so l(n) >= 0 there.
+    """
+
+    def __init__(self, primitive: str, p: Any, env: Environment | EnvironmentArray, algorithm: Any,
+                 params: Mapping[str, Any] | None, overhead: np.ndarray) -> None:
+        super().__init__(primitive, p, env, algorithm, params)
+        self.overhead = overhead if np.any(overhead) else None
+
+    def __call__(self, sizes: Any) -> np.ndarray:
+        t = super().__call__(sizes)
+        return t if self.overhead is None else np.maximum(t - self.overhead, 0.0)
+
+
 @dataclass(frozen=True, eq=False)
 class Configurations:
     """C configurations (p_c, environment_c) of one profile, simulated together by a schedule's kernel.
@@ -147,7 +172,8 @@ class Configurations:
     env: EnvironmentArray
 
     def comm(self, primitive: str, algorithm: str | None, params: Mapping[str, Any]) -> Comm:
-        return Comm(primitive, self.p, self.env, algorithm, params)
+        """The messages' time on the link (:class:`LinkComm`): the library's price less the host overhead o."""
+        return LinkComm(primitive, self.p, self.env, algorithm, params, overhead=self.overhead)
 
     @cached_property
     def nbytes(self) -> np.ndarray:
