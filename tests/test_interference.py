@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 import costmodels as cm
+from costmodels.messages import Comm
 from costmodels.schedules import COMPRESSIBLE, B, C, F
 from costmodels.schedules.core import TERMS, Configurations, O, U, kappa_c, kappa_m
-from costmodels.messages import Comm
 from costmodels.schedules.engine import COMM, COMPUTE, HOST, Graph, run_many, run_one
 
 MS = 1e-3
