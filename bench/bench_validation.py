@@ -48,8 +48,16 @@ def analyse(directory: Path) -> dict:
                           and np.isfinite(r["error" + suffix])])
             if e.size:
                 per_tech[tech] = {"median_abs_error": float(np.median(e)), "max_abs_error": float(e.max())}
+        per_cell = {}  # per (environment, model): the closing note's table
+        for env in dict.fromkeys(r["environment"] for r in rows):
+            for model in dict.fromkeys(r["model"] for r in rows if r["environment"] == env):
+                e = np.array([abs(r["error" + suffix]) for r in rows if r["environment"] == env
+                              and r["model"] == model and np.isfinite(r["error" + suffix])])
+                if e.size:
+                    per_cell[f"{env}/{model}"] = {"n": int(e.size), "median_abs_error": float(np.median(e)),
+                                                  "max_abs_error": float(e.max())}
         out["predictions"][key] = {"p2": v.summary(rows, key), "per_technique": per_tech,
-                                   "winner": v.winners(rows, key)}
+                                   "per_environment_model": per_cell, "winner": v.winners(rows, key)}
     out["host_load"] = {}  # how much of the CPUs other work took while each environment ran (commscope validate)
     for env in dict.fromkeys(r["environment"] for r in rows):
         load = directory / env / "host_load.json"
@@ -81,6 +89,10 @@ def _print(res: dict) -> None:
             if s["n"]:
                 print(f"  {env:>14}: median {s['median_abs_error']:.1%}, max {s['max_abs_error']:.1%} over {s['n']} "
                       f"({s['within_spread']} within the measured spread)")
+        for cell, s in pred["per_environment_model"].items():
+            right = pred["winner"]["cells"].get(cell, {}).get("right")
+            print(f"  {cell:>24}: median {s['median_abs_error']:.1%}, max {s['max_abs_error']:.1%} over {s['n']}; "
+                  f"winner {'right' if right else 'wrong' if right is not None else 'n/a'}")
         w = pred["winner"]
         print(f"  winner right in {w['right']} of {w['n']} (environment, model) cells")
     print("DeAR speedup over fusion (fusion time / dear time):")

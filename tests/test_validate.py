@@ -353,3 +353,9 @@ def test_bench_validation_summarises_every_shipped_run() -> None:
         assert (r["cells"], r["median_abs_error"], r["max_abs_error"]) == (p2["n"], p2["median_abs_error"],
                                                                           p2["max_abs_error"])
         assert (r["winner_right"], r["winner_cells"]) == (won["right"], won["n"]) and r["cells"] == 54
+    for res in runs:  # per (environment, model): the cells of each add up to the run's 54, its max to the run's max
+        for pred in res["predictions"].values():
+            cells = pred["per_environment_model"]
+            assert len(cells) == 6 and sum(c["n"] for c in cells.values()) == 54
+            assert max(c["max_abs_error"] for c in cells.values()) == pred["p2"]["all"]["max_abs_error"]
+            assert set(cells) == set(pred["winner"]["cells"])
