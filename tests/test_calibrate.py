@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import costmodels as cm
-from runners import results
+from runners import reference, results
 from runners.calibrate import calibrate
 from runners.calibrate.solve import predict_cells, with_terms
 from runners.cli import main
@@ -165,6 +165,17 @@ def test_cli_refuses_iterations_from_two_networks(tmp_path, capsys):
     b, _ = _write(other, _environment(), ps=(2,), run={**RUN, "network": {**RUN["network"], "rate": "100mbit"}})
     assert main(["calibrate", str(a), str(b), "--environment", str(tmp_path / "env.json")]) == 2
     assert "2 different networks" in capsys.readouterr().err
+
+
+def test_cli_refuses_one_profile_for_iterations_of_two_models(tmp_path, capsys):
+    # a validation's records hold resnet_small and gpt_wide: one --profile would price gpt_wide's iterations with
+    # resnet_small's layers (predicted 90% too fast), so it is refused, naming both models, and nothing is written
+    records = reference.run_dir("validation-run3") / "2500mbit" / "records.jsonl"
+    out = tmp_path / "env.json"
+    assert main(["calibrate", str(records), "--profile", "resnet50", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("commscope: error: --profile prices every iteration with one model ('resnet50')")
+    assert "'gpt_wide', 'resnet_small'" in err and err.count("\n") == 1 and not out.exists()
 
 
 def test_a_failed_calibration_leaves_the_output_untouched(tmp_path):

@@ -91,7 +91,8 @@ def _network(rec: Mapping[str, Any]) -> str:
 def gather_cells(records: Sequence[Mapping[str, Any]], profile: cm.ModelProfile | None = None) -> list[Cell]:
     """The iteration records as cells, each with its model's profile (``profile`` overrides the records').
 
-    Raises a one-line error when a model has no profile, or when the iterations come from more than one
+    Raises a one-line error when a model has no profile, when one ``profile`` is given for iterations of several
+    models (each would be priced with another model's layers), or when the iterations come from more than one
     network (calibrate each network on its own).
     """
     from runners.training.pricing import measured_time
@@ -104,6 +105,11 @@ def gather_cells(records: Sequence[Mapping[str, Any]], profile: cm.ModelProfile 
     if len(nets) > 1:
         raise CommscopeError(f"the iteration records come from {len(nets)} different networks "
                              f"({'; '.join(sorted(nets))}); calibrate each network on its own")
+    models = sorted({str(r["config"].get("model", "")) for r in its})
+    if profile is not None and len(models) > 1:
+        raise CommscopeError(f"--profile prices every iteration with one model ({profile.name!r}), but the records "
+                             f"hold iterations of {len(models)} models ({', '.join(map(repr, models))}); leave "
+                             "--profile out to use each model's own profile record, or pass the records of one model")
     profiles = _profiles(records)
     cells = []
     for rec in its:
