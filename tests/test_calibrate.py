@@ -194,8 +194,9 @@ def test_with_terms_rejects_negative_values():
 
 
 def test_host_overhead_is_held_at_the_sweeps_alpha_and_the_bound_reported(tmp_path):
-    # every lone message the sweep timed paid o inside its alpha, so o <= alpha. Iterations made with an overhead
-    # of 4 alpha ask for more: the fit stops at alpha and says another term is missing
+    # every lone message the sweep timed paid o inside it, so o is at most the cheapest: at p = 2 a ring all-gather
+    # of nothing, (p - 1) alpha = alpha. Iterations made with an overhead of 4 alpha ask for more: the fit stops at
+    # alpha and says another term is missing
     from runners.calibrate.cells import gather_cells
     from runners.calibrate.solve import fit_terms
 
@@ -211,6 +212,21 @@ def test_host_overhead_is_held_at_the_sweeps_alpha_and_the_bound_reported(tmp_pa
     o = fits["host_overhead"]
     assert env.alpha * (1 - 5e-3) <= o.value <= env.alpha
     assert "physical bound" in o.note and "another term is missing" in o.note
+
+
+def test_the_overhead_bound_is_the_cheapest_lone_message_at_the_cells_p():
+    # ring all-reduce costs 2 (p - 1) alpha empty, ring all-gather (p - 1) alpha, the whole-buffer reduce-scatter as
+    # the all-reduce: at p = 4 the cheapest is the all-gather, 3 alpha; with p = 2 cells too, alpha; no cells, alpha
+    from runners.calibrate.solve import _upper
+
+    env = _environment().with_(alpha=1e-3, beta=1e-9, gamma=0.0)
+    env = replace(env, metadata={**env.metadata, "algorithms": {"allreduce": "ring_allreduce", "allgather":
+                                                                "ring_allgather", "reduce_scatter":
+                                                                "allreduce_reduce_scatter"}})
+    assert _upper(env, "host_overhead", [4]) == pytest.approx(3e-3, rel=1e-12)
+    assert _upper(env, "host_overhead", [2, 4]) == pytest.approx(1e-3, rel=1e-12)
+    assert _upper(env, "host_overhead") == pytest.approx(1e-3, rel=1e-12)
+    assert _upper(env, "kappa_c", [4]) == float("inf")
 
 
 def test_the_fit_keeps_the_better_of_its_two_starts_on_a_flat_ridge():

@@ -146,7 +146,8 @@ class LinkComm(Comm):
     blocking messages costs sum(o + l) = sum t, what the sweep measured, whatever o is; o changes a prediction
     only where the thread's o overlaps other work (issues during backward, a queue of async messages), which
     is what ``commscope calibrate`` fits it to. Pricing both t(n) and o counted o twice: every blocking
-    message of BSP paid it again. ``commscope calibrate`` bounds o by the sweep's alpha, so l(n) >= 0 there.
+    message of BSP paid it again. ``commscope calibrate`` bounds o by the cheapest lone message the sweep prices, so
+    l(n) >= 0 there.
     """
 
     def __init__(self, primitive: str, p: Any, env: Environment | EnvironmentArray, algorithm: Any,

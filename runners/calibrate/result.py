@@ -16,8 +16,8 @@ from .cells import Cell
 
 METHOD = ("alpha, beta, gamma fitted to the collective sweeps; kappa_c, kappa_m and host_overhead by weighted "
           "least squares on the relative error of the measured iterations (scipy.optimize.least_squares, terms "
-          ">= 0, host_overhead <= the sweep's alpha, two starts, finite-difference Jacobian); 95% CIs from "
-          "s^2 (J^T J)^-1 and Student's t")
+          ">= 0, host_overhead <= the cheapest lone message the sweep prices, two starts, finite-difference "
+          "Jacobian); 95% CIs from s^2 (J^T J)^-1 and Student's t")
 
 
 @dataclass(frozen=True)

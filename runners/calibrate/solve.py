@@ -6,9 +6,9 @@ slowed while a collective is in flight), ``kappa_m`` (communication slowed while
 relative error of every cell, ``r_i = predicted_i(theta) / measured_i - 1``, each term >= 0
 (``scipy.optimize.least_squares``; the predictions are ``costmodels.sweep`` of each cell's schedule over the
 base point and a forward step in every term at once: the Jacobian by forward differences). The overhead is
-bounded above by the sweep's alpha (every lone message the sweep timed paid o inside it, so o <= alpha); a term
-held at that bound is reported. The residuals are not convex in the terms, so the fit starts from the given
-point and from the default one and keeps the better. Terms that no
+bounded above by the cheapest lone message the sweep prices at the cells' p (every message the sweep timed paid
+o inside it); a term held at that bound is reported. The residuals are not convex in the terms, so the fit starts
+from the given point and from the default one and keeps the better. Terms that no
 cell is sensitive to (kappa_c and kappa_m when no technique overlaps) are reported as not identifiable and
 kept at 0; two terms whose estimates are correlated beyond 0.99 (kappa_c against kappa_m when every
 overlapping cell is communication-bound: a ridge of equally good fits), or whose interval is wider than ten
@@ -86,6 +86,7 @@ def _fit(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str], start
     from scipy import optimize, stats
 
     measured = np.array([c.measured_s for c in cells])
+    ps = sorted({c.p for c in cells})
 
     def envs_at(x: np.ndarray, names: Sequence[str], step: float = 0.0) -> list[cm.Environment]:
         base = {k: max(v, 0.0) * SCALE[k] for k, v in zip(names, x, strict=True)}
@@ -107,7 +108,7 @@ def _fit(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str], start
     def solve(x: np.ndarray) -> tuple[Any, list[str], dict[str, TermFit]]:
         """From ``x``: least squares, then again without the terms nothing is sensitive to."""
         names, blind_fits, sol = list(terms), {}, None
-        upper = np.array([_upper(env, k) / SCALE[k] for k in names])
+        upper = np.array([_upper(env, k, ps) / SCALE[k] for k in names])
         x = np.minimum(x, upper * (1 - 1e-9))
         for _ in range(len(TERMS) + 1):
             if not names:
@@ -172,19 +173,35 @@ def _fit(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str], start
             fits[t] = TermFit(t, values[t], "fitted", ci95=(max(values[t] - tq * se, 0.0), values[t] + tq * se),
                               stderr=se, note=note)
         for t in free:  # a term held at its physical bound: the data asked for more than the bound allows
-            limit = _upper(env, t)
+            limit = _upper(env, t, ps)
             if math.isfinite(limit) and values[t] >= limit * (1 - AT_BOUND):
-                at = (f"at its physical bound ({limit * 1e6:.4g} us, the sweep's per-message latency alpha, which "
-                      "every lone message pays): the cells ask for more, so another term is missing")
+                at = (f"at its physical bound ({limit * 1e6:.4g} us, the cheapest lone message the sweep prices, "
+                      "which pays o inside it): the cells ask for more, so another term is missing")
                 fits[t] = replace(fits[t], note="; ".join(n for n in (fits[t].note, at) if n))
     return {t: fits[t] for t in terms if t in fits}, rel
 
 
-def _upper(env: cm.Environment, term: str) -> float:
+SWEPT = ("allreduce", "allgather", "reduce_scatter")  # the primitives a sweep times and the techniques send
+
+
+def _upper(env: cm.Environment, term: str, ps: Sequence[int] = ()) -> float:
     """The largest physical value of a term: the host overhead o is paid inside every lone message the sweep timed,
-    so it cannot exceed the smallest per-message latency the sweep fitted (alpha, or the intra-node alpha)."""
+    so it cannot exceed the cheapest of them, the price of an empty message of each primitive at each of the
+    cells' p (``ring_allreduce``: 2 (p - 1) alpha; ``ring_allgather``: (p - 1) alpha; a two-level environment's
+    hierarchical prices hold its intra-node alpha); below it every message keeps a link time >= 0
+    (``costmodels.schedules.core.LinkComm``). Without the cells' p: alpha, or the intra-node alpha, the price of
+    one hop."""
     if term != "host_overhead":
         return math.inf
+    if ps:
+        from costmodels.messages import Comm
+
+        algorithms = env.metadata.get("algorithms") if isinstance(env.metadata.get("algorithms"), dict) else None
+        prices = [float(np.asarray(Comm(prim, int(p), env, algorithms)(0.0)).reshape(-1)[0])
+                  for prim in SWEPT for p in sorted(set(ps)) if int(p) > 1]
+        prices = [x for x in prices if math.isfinite(x) and x > 0]
+        if prices:
+            return min(prices)
     alphas = [a for a in (env.alpha, env.intra_alpha if env.two_level else None) if a is not None and a > 0]
     return min(alphas) if alphas else math.inf
 
