@@ -154,8 +154,10 @@ def _terms(keep) -> dict:
                          help="Communication runs 1 + kappa_m times slower while compute runs.")
     o_us = st.number_input("host overhead o (us per message)", 0.0, 10000.0, step=1.0, format="%.2f",
                            **keep("env_overhead"), **initial("env_overhead", value=0.0),
-                           help="Seconds of the issuing thread per message (LogP's o, Culler et al. 1993), "
-                                "beside the network's alpha.")
+                           help="Seconds of the issuing thread per message (LogP's o, Culler et al. 1993). A "
+                                "fitted price already holds it (the sweep times blocking calls), so the link "
+                                "holds a message for its price less o: a blocking chain costs the same, an "
+                                "overlapped issue hides it.")
     st.caption("0, 0, 0: communication overlaps compute for free, as the alpha-beta model has it.")
     return {"kappa_c": float(kc), "kappa_m": float(km), "host_overhead": float(o_us) * 1e-6}
 
