@@ -58,6 +58,16 @@ def analyse(directory: Path) -> dict:
                                                   "max_abs_error": float(e.max())}
         out["predictions"][key] = {"p2": v.summary(rows, key), "per_technique": per_tech,
                                    "per_environment_model": per_cell, "winner": v.winners(rows, key)}
+        if key == "calibrated":  # (b)'s own uncertainty: cells whose error is within 2 standard errors of 0
+            se = np.array([r["error_calibrated_stderr"] for r in rows])
+            e = np.array([abs(r["error_calibrated"]) for r in rows])
+            ok = np.isfinite(se) & np.isfinite(e)
+            big = ok & (e > 0.15)
+            out["predictions"][key]["uncertainty"] = {
+                "cells_with_stderr": int(ok.sum()), "within_2_stderr": int(np.sum(e[ok] <= 2 * se[ok])),
+                "over_15_percent": int(big.sum()),
+                "over_15_percent_within_2_stderr": int(np.sum(e[big] <= 2 * se[big])),
+                "median_stderr": float(np.median(se[ok])) if ok.any() else float("nan")}
     out["host_load"] = {}  # how much of the CPUs other work took while each environment ran (commscope validate)
     for env in dict.fromkeys(r["environment"] for r in rows):
         load = directory / env / "host_load.json"
@@ -95,6 +105,11 @@ def _print(res: dict) -> None:
                   f"winner {'right' if right else 'wrong' if right is not None else 'n/a'}")
         w = pred["winner"]
         print(f"  winner right in {w['right']} of {w['n']} (environment, model) cells")
+        u = pred.get("uncertainty")
+        if u and u["cells_with_stderr"]:
+            print(f"  standard error from the calibrated terms: median {u['median_stderr']:.1%}; "
+                  f"{u['within_2_stderr']} of {u['cells_with_stderr']} errors within 2 standard errors; of the "
+                  f"{u['over_15_percent']} over 15%, {u['over_15_percent_within_2_stderr']} within them")
     print("DeAR speedup over fusion (fusion time / dear time):")
     for cell, s in res["dear_over_fusion"].items():
         print(f"  {cell:>24}: measured {s['measured_speedup']:.3f}, predicted {s['predicted_speedup']:.3f} "

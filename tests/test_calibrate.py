@@ -229,6 +229,47 @@ def test_the_overhead_bound_is_the_cheapest_lone_message_at_the_cells_p():
     assert _upper(env, "kappa_c", [4]) == float("inf")
 
 
+def test_left_out_predictions_carry_the_delta_method_standard_error(tmp_path):
+    # with 1% noise every left-out prediction gets a finite standard error; for WFBP it is checked against the
+    # delta method worked independently: the same fit without WFBP, its covariance, and central differences of
+    # the prediction in each term (the library uses forward differences: agreement within 2%)
+    import numpy as np
+
+    from runners.calibrate.cells import gather_cells
+    from runners.calibrate.solve import TERMS, _fit_full, leave_one_technique_out, predict_cells
+
+    path, env = _write(tmp_path, _environment(), noise=0.01, models=("resnet_small", "resnet_slow"))
+    cells = gather_cells(results.load([path]).records, None)
+    base = with_terms(env, {t: 0.0 for t in TERMS})
+    left = {lo.technique: lo for lo in leave_one_technique_out(cells, base)}
+    for lo in left.values():
+        assert len(lo.stderr_s) == len(lo.predictions)
+    # bsp's blocking chain does not depend on the terms (o sits inside the sweep's prices): no uncertainty
+    assert max(left["bsp"].stderr_s) < 1e-9
+    wfbp = left["wfbp"]
+    assert all(np.isfinite(wfbp.stderr_s)) and all(se > 1e-3 for se in wfbp.stderr_s)
+    rest = [c for c in cells if c.technique != "wfbp"]
+    mine = [c for c, _ in wfbp.predictions]
+    fits, _, free, cov = _fit_full(rest, base, TERMS)
+    values = {t: f.value for t, f in fits.items()}
+    grads = []
+    for t in free:
+        h = 1e-3 * max(values[t], 1e-4 if t == "host_overhead" else 1e-2)
+        up = predict_cells(mine, with_terms(base, {**values, t: values[t] + h}))
+        down = predict_cells(mine, with_terms(base, {**values, t: max(values[t] - h, 0.0)}))
+        grads.append((up - down) / (values[t] + h - max(values[t] - h, 0.0)))
+    g = np.array(grads)
+    by_hand = np.sqrt(np.einsum("ic,ij,jc->c", g, cov, g))
+    np.testing.assert_allclose(wfbp.stderr_s, by_hand, rtol=0.02)
+    # one model: without WFBP the three terms are not separable (no covariance), so no standard error either
+    one = tmp_path / "one"
+    one.mkdir()
+    path, _ = _write(one, _environment(), noise=0.01)
+    cells = gather_cells(results.load([path]).records, None)
+    alone = {lo.technique: lo for lo in leave_one_technique_out(cells, base)}["wfbp"]
+    assert all(np.isnan(alone.stderr_s))
+
+
 def test_the_fit_keeps_the_better_of_its_two_starts_on_a_flat_ridge():
     # on the shipped 2.5 Gbit/s run without bsp, kappa_c, kappa_m and o lie on a flat ridge: from the fit on every
     # technique the solver stops at RSS 0.2930, from the default start it reaches 0.2848. The fit tries both and

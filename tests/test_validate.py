@@ -81,6 +81,23 @@ def _iteration(algorithm: str, time_s: float, model: str = "toy", **extra: float
                           {"time_s": time_s, **extra}, run, "test")
 
 
+def test_the_calibrated_prediction_shows_its_standard_error() -> None:
+    # (b) 110 ms against 100 measured, standard error 5.5 ms: "110.00 (+10.0% ± 5.5%)" in the table, 0.055 in the
+    # CSV column; (a) and (c) have none, and a (b) without one shows no "±"
+    rec = results.record("validation", {"technique": "wfbp", "options": {}, "environment": "e", "model": "toy",
+                                        "world_size": 2, "repeats": 1},
+                         {"measured_s": 0.1, "spread": 0.01, "predicted_s": 0.1, "error": 0.0,
+                          "predicted_calibrated_s": 0.11, "error_calibrated": 0.1,
+                          "predicted_calibrated_stderr_s": 0.0055, "predicted_defaults_s": 0.1,
+                          "error_defaults": 0.0}, results.run_info("gloo", 2, 1, ["cpu", "cpu"]), "test")
+    row = v.table_rows([rec])[0]
+    assert row["error_calibrated_stderr"] == pytest.approx(0.055)
+    md = v.markdown([row], "commscope validate ...")
+    assert "| 100.00 (+0.0%) | 110.00 (+10.0% ± 5.5%) | 100.00 (+0.0%) |" in md
+    del rec["result"]["predicted_calibrated_stderr_s"]
+    assert "| 110.00 (+10.0%) |" in v.markdown(v.table_rows([rec]), "commscope validate ...")
+
+
 def test_measured_time_and_compare() -> None:
     recs = [_iteration("bsp", 0.02), _iteration("local_sgd", 0.01, mean_time_s=0.012),
             _iteration("dpsgd", 0.05, model="unprofiled")]

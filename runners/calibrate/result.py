@@ -45,6 +45,7 @@ class LeftOut:
     terms: Mapping[str, float]
     predictions: Sequence[tuple[Cell, float]]
     note: str = ""
+    stderr_s: Sequence[float] = ()  # each prediction's standard error from the terms' covariance (delta method)
 
     def errors(self) -> list[float]:
         return [pred / c.measured_s - 1.0 for c, pred in self.predictions]
@@ -85,17 +86,21 @@ class CalibrationResult:
             metadata=meta)
 
     def rows(self) -> list[dict[str, Any]]:
-        """One row per cell: measured (with spread), sweep-only, calibrated and left-out predictions and errors."""
+        """One row per cell: measured (with spread), sweep-only, calibrated and left-out predictions and errors, and
+        the left-out prediction's standard error relative to the measurement (``left_out_stderr``)."""
         loto = {id(c): pred for lo in self.left_out for c, pred in lo.predictions}
+        loto_se = {id(c): se for lo in self.left_out for (c, _), se in zip(lo.predictions, lo.stderr_s, strict=False)}
         out = []
         for i, c in enumerate(self.cells):
             lo = loto.get(id(c), math.nan)
+            se = loto_se.get(id(c), math.nan)
             out.append({"technique": c.technique, "model": c.model, "p": c.p, "measured_s": c.measured_s,
                         "spread": c.spread, "sweep_only_s": float(self.sweep_only_s[i]),
                         "sweep_only_error": float(self.sweep_only_s[i] / c.measured_s - 1.0),
                         "calibrated_s": float(self.predicted_s[i]),
                         "calibrated_error": float(self.predicted_s[i] / c.measured_s - 1.0),
-                        "left_out_s": lo, "left_out_error": lo / c.measured_s - 1.0 if math.isfinite(lo) else math.nan})
+                        "left_out_s": lo, "left_out_error": lo / c.measured_s - 1.0 if math.isfinite(lo) else math.nan,
+                        "left_out_stderr": se / c.measured_s if math.isfinite(se) else math.nan})
         return out
 
     def summary(self) -> dict[str, dict[str, float]]:

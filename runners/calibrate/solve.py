@@ -83,6 +83,15 @@ def _fit(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str], start
          ) -> tuple[dict[str, TermFit], np.ndarray]:
     """Least squares of ``terms`` over ``cells`` (others kept as in ``env``) from ``start`` (default ``START``);
     the fits and the relative errors."""
+    fits, rel, _, _ = _fit_full(cells, env, terms, start)
+    return fits, rel
+
+
+def _fit_full(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str],
+              start: Mapping[str, float] | None = None
+              ) -> tuple[dict[str, TermFit], np.ndarray, list[str], np.ndarray | None]:
+    """:func:`_fit`, plus the fitted terms' names and their covariance (in the terms' own units; None where the
+    fit gives no interval)."""
     from scipy import optimize, stats
 
     measured = np.array([c.measured_s for c in cells])
@@ -140,6 +149,7 @@ def _fit(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str], start
     _, sol, free, fits = best
     values = {k: float(v) * SCALE[k] for k, v in zip(free, sol.x if sol is not None and free else [], strict=False)}
     rel = residual(np.array([values[k] / SCALE[k] for k in free]), free) if free else residual(np.array([]), [])
+    cov = None
     if free and sol is not None:
         n, k = len(cells), len(free)
         dof = n - k
@@ -178,7 +188,7 @@ def _fit(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str], start
                 at = (f"at its physical bound ({limit * 1e6:.4g} us, the cheapest lone message the sweep prices, "
                       "which pays o inside it): the cells ask for more, so another term is missing")
                 fits[t] = replace(fits[t], note="; ".join(n for n in (fits[t].note, at) if n))
-    return {t: fits[t] for t in terms if t in fits}, rel
+    return {t: fits[t] for t in terms if t in fits}, rel, free, cov
 
 
 SWEPT = ("allreduce", "allgather", "reduce_scatter")  # the primitives a sweep times and the techniques send
@@ -233,11 +243,30 @@ def leave_one_technique_out(cells: Sequence[Cell], env: cm.Environment, terms: S
         note = ""
         if len({c.technique for c in rest}) < 2 or not any(c.overlaps for c in rest) or all(c.overlaps for c in rest):
             note = "the other techniques do not include both an overlapping and a non-overlapping one"
-        sub = fit_terms(rest, env, terms, start)
-        pred = predict_cells(mine, with_terms(env, {t: f.value for t, f in sub.items()}))
-        out.append(LeftOut(tech, {t: f.value for t, f in sub.items()},
-                           [(c, float(p)) for c, p in zip(mine, pred, strict=True)], note))
+        sub, _, free, cov = _fit_full(rest, env, terms, start)
+        values = {t: f.value for t, f in sub.items()}
+        pred = predict_cells(mine, with_terms(env, values))
+        out.append(LeftOut(tech, values, [(c, float(p)) for c, p in zip(mine, pred, strict=True)], note,
+                           tuple(prediction_stderr(mine, env, values, free, cov, pred))))
     return out
+
+
+def prediction_stderr(cells: Sequence[Cell], env: cm.Environment, values: Mapping[str, float], free: Sequence[str],
+                      cov: np.ndarray | None, pred: np.ndarray) -> list[float]:
+    """Standard error of each cell's prediction from the fitted terms' covariance, by the delta method:
+    var(T) = g^T cov g with g = dT/dtheta at the fit (forward differences, one step ``STEP`` per term in the
+    solver's units). A cell of a technique left out can depend on a combination of the terms that the other
+    techniques do not measure (a ridge): its standard error then exceeds its error, which says the prediction is
+    not determined by those techniques. NaN where the fit gives no covariance (as many terms as cells, terms
+    not separable)."""
+    if cov is None or not free or not np.all(np.isfinite(cov)):
+        return [math.nan] * len(cells)
+    steps = np.array([STEP * SCALE[t] for t in free])
+    stepped = predict_grid(cells, [with_terms(env, {**values, t: values[t] + h}) for t, h in zip(free, steps,
+                                                                                                  strict=True)])
+    g = (stepped - np.asarray(pred)[None, :]) / steps[:, None]  # (terms, cells)
+    var = np.einsum("ic,ij,jc->c", g, cov, g)
+    return [math.sqrt(v) if math.isfinite(v) and v >= 0 else math.nan for v in var]
 
 
 def calibrate(paths: Sequence[str | Path], *, environment: cm.Environment | None = None,

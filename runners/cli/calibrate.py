@@ -108,7 +108,8 @@ def _print(res: Any, out: Path | None) -> None:
     for r in res.rows():
         rows.add_row(r["technique"], r["model"], str(r["p"]), f"{r['measured_s'] * 1e3:,.1f}",
                      f"±{r['spread']:.1%}" if r["spread"] is not None else "-", _pct(r["sweep_only_error"]),
-                     _pct(r["calibrated_error"]), _pct(r["left_out_error"]))
+                     _pct(r["calibrated_error"]), _pct(r["left_out_error"]) + (
+                         f" ± {r['left_out_stderr']:.1%}" if math.isfinite(r["left_out_stderr"]) else ""))
     c.print(rows)
     s = res.summary()
     c.print(" ; ".join(f"{k.replace('_', ' ')}: median |error| {v['median_abs_error']:.1%}, max "

@@ -155,9 +155,7 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
     notes = [f"suite {s.name}: {models}; {ranks} ranks ({layout}), {threads} thread(s) per rank, "
              f"{s.iterations} timed iterations after {s.warmup}"
              + (f", every technique {s.repeats} times in rotated order" if s.repeats > 1 else ""),
-             "predictions: (a) the sweep-fitted environment alone; (b) calibrated leave-one-technique-out on the "
-             "environment's other techniques (commscope calibrate); (c) with the shipped default interference and "
-             "overhead terms",
+             PREDICTIONS_NOTE,
              "compute: profiled inside the distributed run, on all ranks at once with the same threads per rank "
              "(each rank's per-layer medians scaled to its unhooked forward and backward, then the mean over ranks, "
              "then to the slowest rank's forward and backward with all ranks in step); the optimizer step is the "
@@ -221,6 +219,12 @@ def _host_note(label: str, load: dict[str, Any]) -> str:
                "other work" if host_load.disturbed(load) else ""))
 
 
+PREDICTIONS_NOTE = ("predictions: (a) the sweep-fitted environment alone; (b) calibrated leave-one-technique-out on "
+                    "the environment's other techniques (commscope calibrate), ± its standard error from the "
+                    "calibrated terms' covariance (delta method); (c) with the shipped default interference and "
+                    "overhead terms")
+
+
 def repredict(out: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Predict a finished validation again with today's models: every environment directory's link is fitted again
     to its sweep (``environment.json`` replaced, atomically), and its records, that environment and its profiles
@@ -239,7 +243,8 @@ def repredict(out: str | os.PathLike[str]) -> list[dict[str, Any]]:
     text = old_md.read_text().splitlines()
     command = next((ln.split("`")[1] for ln in text if ln.startswith("Command: `")), "")
     head = text[:next((i for i, ln in enumerate(text) if ln.startswith("|")), len(text))]  # notes precede tables
-    notes = [ln[2:] for ln in head if ln.startswith("- ") and not ln.startswith("- host, ")]
+    notes = [PREDICTIONS_NOTE if ln.startswith("- predictions: ") else ln[2:]
+             for ln in head if ln.startswith("- ") and not ln.startswith("- host, ")]
     records: list[dict[str, Any]] = []
     host_cpu_data = host_cpu.load(outdir)
     if host_cpu_data:

@@ -4,6 +4,7 @@ fitted environment and measured profile, and the "validation" records that put t
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -85,11 +86,15 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
                   measured_time(r), r["result"].get("time_p10_s"), r["result"].get("time_p90_s"), profile_of(k[2]),
                   str(r["id"])) for k, rs in groups.items() for r in rs if profile_of(k[2]) is not None]
     loto: dict[str, Mapping[str, float]] = {}
+    stderr: dict[tuple[str, str, str, int], float] = {}  # (b)'s standard error per cell, from the terms' covariance
     techs = {c.technique for c in cells}
     if calibrate and len(techs) >= 2 and any(c.overlaps for c in cells) and not all(c.overlaps for c in cells):
         try:
             start = {t: f.value for t, f in fit_terms(cells, base).items()}
-            loto = {lo.technique: lo.terms for lo in leave_one_technique_out(cells, base, start=start)}
+            left_out = leave_one_technique_out(cells, base, start=start)
+            loto = {lo.technique: lo.terms for lo in left_out}
+            stderr = {(c.technique, json.dumps(dict(c.options), sort_keys=True), c.model, c.p): se
+                      for lo in left_out for (c, _), se in zip(lo.predictions, lo.stderr_s, strict=False)}
         except CommscopeError:
             loto = {}
     defaults = shipped_defaults(base, host)
@@ -129,6 +134,9 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
                 result.setdefault("how", how)
             if tech in loto:
                 result["calibrated_terms"] = dict(loto[tech])
+                se = stderr.get((tech, json.dumps(opts, sort_keys=True), model, p))
+                if se is not None and math.isfinite(se) and "predicted_calibrated_s" in result:
+                    result["predicted_calibrated_stderr_s"] = se
             result["default_terms"] = {k: getattr(defaults, k) for k in ("kappa_c", "kappa_m", "host_overhead")}
             if "predicted_s" in result:  # which term accounts for the error of the best prediction available
                 e = with_terms(base, loto[tech]) if tech in loto else base

@@ -53,6 +53,8 @@ def table_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             row[name] = _num(s.get(f"predicted{suffix}_s")) * 1e3
             row[f"error{suffix}"] = _num(s.get(f"error{suffix}"))
         row["technique_name"] = c["technique"]
+        # (b)'s standard error from the calibrated terms' covariance, relative to the measurement (as its error)
+        row["error_calibrated_stderr"] = _num(s.get("predicted_calibrated_stderr_s")) / s["measured_s"]
         rows.append(row)
     return rows
 
@@ -118,6 +120,12 @@ def _pct(x: float) -> str:
     return f"{x:+.1%}" if math.isfinite(x) else "n/a"
 
 
+def _stderr(row: Mapping[str, Any], error: str) -> str:
+    """" ± x%" after (b)'s error where the calibration gives its standard error, else nothing."""
+    se = row.get(f"{error}_stderr", math.nan) if error == "error_calibrated" else math.nan
+    return f" ± {se:.1%}" if isinstance(se, float) and math.isfinite(se) else ""
+
+
 def markdown(rows: Sequence[Mapping[str, Any]], command: str, notes: Sequence[str] = ()) -> str:
     """The report as markdown: the command, its notes, the regimes, the rows, then per prediction the median and max
     error per environment and the winner figure."""
@@ -131,7 +139,7 @@ def markdown(rows: Sequence[Mapping[str, Any]], command: str, notes: Sequence[st
               "(c) defaults |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         spread = f"±{r['spread']:.1%}" if math.isfinite(r["spread"]) else "-"
-        cells = [f"{r[p]:.2f} ({_pct(r[e])})" if math.isfinite(r[p]) else "n/a" for p, e in
+        cells = [f"{r[p]:.2f} ({_pct(r[e])}{_stderr(r, e)})" if math.isfinite(r[p]) else "n/a" for p, e in
                  (("predicted_ms", "error"), ("predicted_calibrated_ms", "error_calibrated"),
                   ("predicted_defaults_ms", "error_defaults"))]
         lines.append(f"| {r['technique']} | {r['environment']} | {r['p']} | {r['model']} | {r['measured_ms']:.2f} | "
