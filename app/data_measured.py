@@ -29,7 +29,8 @@ TERMS = ("latency", "bandwidth", "interference", "overhead")
 VALIDATION_COLUMNS = ["technique", "environment", "p", "model", "batch_size", "predicted_s", "measured_s",
                       "measured_p10_s", "measured_p90_s", "error", "abs_error", "compute_s", "exposed_comm_s",
                       "environment_name", "how", "repeats", "spread", "comm_share_bsp", "predicted_calibrated_s",
-                      "error_calibrated", "predicted_defaults_s", "error_defaults", "term", "term_change", "gap_s",
+                      "error_calibrated", "stderr_calibrated", "predicted_defaults_s", "error_defaults", "term",
+                      "term_change", "gap_s",
                       "attributed", *[f"contrib_{t}_s" for t in TERMS]]
 # metric -> (axis label, help)
 EFFICIENCY_METRICS = {
@@ -55,7 +56,8 @@ def validation_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     Records of ``commscope validate`` since issue 16 also give the repetitions (``repeats``), the measured
     ``spread`` (else half the p10..p90 range relative to the measurement), the communication share of the
     bsp iteration (``comm_share_bsp``; else the bsp record's exposed communication over its time), predictions
-    (b) ``predicted_calibrated_s`` and (c) ``predicted_defaults_s`` with their errors, and the attribution:
+    (b) ``predicted_calibrated_s`` (with ``stderr_calibrated``, its standard error over the measurement) and
+    (c) ``predicted_defaults_s`` with their errors, and the attribution:
     ``term``, ``term_change``, ``gap_s``, ``attributed`` (which prediction) and ``contrib_<term>_s``. Older
     records leave these NaN or empty. ``technique`` names the variant where options change the schedule
     (``bsp (flatten)``), so that each (environment, model) has one plain ``bsp`` baseline.
@@ -87,6 +89,8 @@ def validation_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
             if math.isnan(err) and math.isfinite(pred):
                 err = pred / measured - 1.0
             row[f"predicted{suffix}_s"], row[f"error{suffix}"] = pred, err
+        # (b)'s standard error from the calibrated terms' covariance, relative to the measurement as its error
+        row["stderr_calibrated"] = _num(s.get("predicted_calibrated_stderr_s")) / measured
         row["abs_error"] = abs(row["error"])
         att = s.get("attribution") if isinstance(s.get("attribution"), Mapping) else {}
         contrib = att.get("contributions_s") if isinstance(att.get("contributions_s"), Mapping) else {}
@@ -139,8 +143,8 @@ def repredict(records: Sequence[Mapping[str, Any]], profiles: Mapping[str, Any],
     frame["abs_error"] = frame["error"].abs()
     frame["how"] = how
     frame["environment_name"] = env.name
-    cleared = ["predicted_calibrated_s", "error_calibrated", "predicted_defaults_s", "error_defaults", "term_change",
-               "gap_s", *[f"contrib_{t}_s" for t in TERMS]]
+    cleared = ["predicted_calibrated_s", "error_calibrated", "stderr_calibrated", "predicted_defaults_s",
+               "error_defaults", "term_change", "gap_s", *[f"contrib_{t}_s" for t in TERMS]]
     frame[cleared] = math.nan  # (b), (c) and the attribution belong to the recorded environment, not to ``env``
     frame[["term", "attributed"]] = ""
     return frame

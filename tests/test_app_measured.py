@@ -58,6 +58,20 @@ def test_validation_frame_holds_every_record(records, frame) -> None:
         assert row.error == pytest.approx(r["result"]["predicted_s"] / r["result"]["measured_s"] - 1)
 
 
+def test_validation_frame_carries_the_calibrated_standard_error(records, frame) -> None:
+    # (b)'s standard error over the measurement, as the records give it; bsp's blocking chain does not depend on
+    # the calibrated terms, so its standard error is 0
+    for r, row in zip(records, frame.itertuples(), strict=True):
+        se = r["result"].get("predicted_calibrated_stderr_s")
+        if se is None:
+            assert math.isnan(row.stderr_calibrated)
+        else:
+            assert row.stderr_calibrated == pytest.approx(se / r["result"]["measured_s"])
+    bsp = frame[frame["technique"].isin(["bsp", "bsp (flatten)"])]["stderr_calibrated"].dropna()
+    assert len(bsp) == 12 and (bsp < 1e-9).all()
+    assert (frame["stderr_calibrated"].dropna() > 1e-3).any()
+
+
 @pytest.mark.parametrize("panels", [False, True])
 @pytest.mark.parametrize("log", [True, False])
 def test_scatter_has_identity_line_band_and_one_point_per_record(frame, records, panels, log) -> None:

@@ -341,7 +341,8 @@ st.download_button("errors (CSV)", partial(exports.csv_with_header, errors_csv,
                    key="meas_dl_errors", on_click="ignore")
 with st.expander("every record"):
     st.dataframe(pview, hide_index=True, width="stretch", column_config=_percent(
-        ["error", "abs_error", "spread", "comm_share_bsp", "error_calibrated", "error_defaults", "term_change"]))
+        ["error", "abs_error", "spread", "comm_share_bsp", "error_calibrated", "stderr_calibrated", "error_defaults",
+         "term_change"]))
 
 # -------------------------------------------------------------------------------------- efficiency
 st.subheader("Efficiency: predicted beside measured")
