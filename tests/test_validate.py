@@ -376,3 +376,11 @@ def test_bench_validation_summarises_every_shipped_run() -> None:
             assert len(cells) == 6 and sum(c["n"] for c in cells.values()) == 54
             assert max(c["max_abs_error"] for c in cells.values()) == pred["p2"]["all"]["max_abs_error"]
             assert set(cells) == set(pred["winner"]["cells"])
+        # (b)'s own uncertainty: the counts are those of the table's errors and standard errors
+        u = res["predictions"]["calibrated"]["uncertainty"]
+        table = v.table_rows(reference.validation_records(Path(res["directory"]).name))
+        errors = [abs(r["error_calibrated"]) for r in table]
+        assert u["over_15_percent"] == sum(e > 0.15 for e in errors if math.isfinite(e))
+        assert 0 <= u["over_15_percent_within_2_stderr"] <= u["over_15_percent"]
+        assert u["within_2_stderr"] == sum(abs(r["error_calibrated"]) <= 2 * r["error_calibrated_stderr"]
+                                           for r in table if math.isfinite(r["error_calibrated_stderr"]))
