@@ -236,7 +236,7 @@ def test_left_out_predictions_carry_the_delta_method_standard_error(tmp_path):
     import numpy as np
 
     from runners.calibrate.cells import gather_cells
-    from runners.calibrate.solve import TERMS, _fit_full, leave_one_technique_out, predict_cells
+    from runners.calibrate.solve import TERMS, _fit, leave_one_technique_out, predict_cells
 
     path, env = _write(tmp_path, _environment(), noise=0.01, models=("resnet_small", "resnet_slow"))
     cells = gather_cells(results.load([path]).records, None)
@@ -250,7 +250,7 @@ def test_left_out_predictions_carry_the_delta_method_standard_error(tmp_path):
     assert all(np.isfinite(wfbp.stderr_s)) and all(se > 1e-3 for se in wfbp.stderr_s)
     rest = [c for c in cells if c.technique != "wfbp"]
     mine = [c for c, _ in wfbp.predictions]
-    fits, _, free, cov = _fit_full(rest, base, TERMS)
+    fits, _, free, cov = _fit(rest, base, TERMS)
     values = {t: f.value for t, f in fits.items()}
     grads = []
     for t in free:
@@ -282,8 +282,8 @@ def test_the_fit_keeps_the_better_of_its_two_starts_on_a_flat_ridge():
     env = with_terms(_environment(), {t: 0.0 for t in TERMS})
     cells = [c for c in gather_cells(results.load([SHIPPED / "records.jsonl"]).records, None) if c.technique != "bsp"]
     ridge = {"kappa_c": 0.9411, "kappa_m": 0.6969, "host_overhead": 5.1e-4}  # the fit on every technique
-    _, from_ridge = _fit(cells, env, TERMS, ridge)
-    _, from_default = _fit(cells, env, TERMS, dict(START))
+    _, from_ridge, *_ = _fit(cells, env, TERMS, ridge)
+    _, from_default, *_ = _fit(cells, env, TERMS, dict(START))
     rss = float(np.sum(from_ridge**2))
     assert rss <= float(np.sum(from_default**2)) * (1 + 1e-9)
     assert rss < 0.2875

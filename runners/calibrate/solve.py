@@ -80,18 +80,10 @@ def with_terms(env: cm.Environment, values: Mapping[str, float]) -> cm.Environme
 
 
 def _fit(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str], start: Mapping[str, float] | None = None
-         ) -> tuple[dict[str, TermFit], np.ndarray]:
-    """Least squares of ``terms`` over ``cells`` (others kept as in ``env``) from ``start`` (default ``START``);
-    the fits and the relative errors."""
-    fits, rel, _, _ = _fit_full(cells, env, terms, start)
-    return fits, rel
-
-
-def _fit_full(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str],
-              start: Mapping[str, float] | None = None
-              ) -> tuple[dict[str, TermFit], np.ndarray, list[str], np.ndarray | None]:
-    """:func:`_fit`, plus the fitted terms' names and their covariance (in the terms' own units; None where the
-    fit gives no interval)."""
+         ) -> tuple[dict[str, TermFit], np.ndarray, list[str], np.ndarray | None]:
+    """Least squares of ``terms`` over ``cells`` (others kept as in ``env``) from ``start`` (default ``START``):
+    the fits, the relative errors, the fitted terms' names and their covariance (in the terms' own units; None
+    where the fit gives no interval)."""
     from scipy import optimize, stats
 
     measured = np.array([c.measured_s for c in cells])
@@ -243,7 +235,7 @@ def leave_one_technique_out(cells: Sequence[Cell], env: cm.Environment, terms: S
         note = ""
         if len({c.technique for c in rest}) < 2 or not any(c.overlaps for c in rest) or all(c.overlaps for c in rest):
             note = "the other techniques do not include both an overlapping and a non-overlapping one"
-        sub, _, free, cov = _fit_full(rest, env, terms, start)
+        sub, _, free, cov = _fit(rest, env, terms, start)
         values = {t: f.value for t, f in sub.items()}
         pred = predict_cells(mine, with_terms(env, values))
         out.append(LeftOut(tech, values, [(c, float(p)) for c, p in zip(mine, pred, strict=True)], note,

@@ -121,8 +121,8 @@ def _pct(x: float) -> str:
 
 
 def _stderr(row: Mapping[str, Any], error: str) -> str:
-    """" ± x%" after (b)'s error where the calibration gives its standard error, else nothing."""
-    se = row.get(f"{error}_stderr", math.nan) if error == "error_calibrated" else math.nan
+    """The text after an error that has a standard error (``<error>_stderr``, so far (b)'s): " ± x%", else ""."""
+    se = row.get(f"{error}_stderr", math.nan)
     return f" ± {se:.1%}" if isinstance(se, float) and math.isfinite(se) else ""
 
 
