@@ -447,10 +447,11 @@ def test_environments_page_two_regime_fit() -> None:
     at = AppTest.from_file(MAIN, default_timeout=60).run()
     at.switch_page("views/environments.py").run()
     at.selectbox(key="envs_link").set_value("200mbit").run()
-    # what commscope validate fits, by default: two regimes, ring allreduce and allgather, auto reduce-scatter
+    # what commscope validate fits, by default: two regimes, ring allreduce and allgather as gloo runs them (the
+    # records' backend), auto reduce-scatter
     assert at.radio(key="envs_method").value == "two"
     assert [at.selectbox(key=f"envs_algo_{q}").value for q in ("allreduce", "allgather", "reduce_scatter")] == [
-        "ring_allreduce", "ring_allgather", "auto"]
+        "ring_allreduce", "gloo_ring_allgather", "auto"]
     assert at.radio(key="envs_gamma").disabled and at.select_slider(key="envs_min_bytes").disabled
 
     def texts() -> list[str]:

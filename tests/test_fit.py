@@ -416,3 +416,28 @@ def test_a_fit_faster_than_the_emulated_wire_is_flagged() -> None:
     res = fitting.fit(synth("ring_allreduce", reps=2, network=honest), "allreduce", "ring_allreduce", burst=0)
     assert not [n for n in res.notes if n.startswith("implausible")]
     assert fitting.faster_than_the_wire(8e-9, None) is None
+
+
+# ------------------------------------------------------------------------------ backend's algorithms
+def test_gloo_records_are_fitted_with_the_allgather_gloo_runs() -> None:
+    # gloo's allgather at p = 2 is 2 alpha + 3/4 n beta (costmodels gloo_ring_allgather), not the ring's
+    # alpha + n/2 beta: fitted as the textbook ring, its 1.5x would be taken for a slower link
+    recs = synth("ring_allreduce", ps=(2, 4), reps=1, noise=0.0) + synth("gloo_ring_allgather", ps=(2, 4), reps=1,
+                                                                          noise=0.0)
+    assert fitting.records_backend(recs) == "gloo"
+    textbook = "ring_allreduce,ring_allgather"
+    assert fitting.as_run_by(textbook, "gloo") == "ring_allreduce,gloo_ring_allgather"
+    assert fitting.as_run_by(textbook, "nccl") == textbook and fitting.as_run_by(None, "gloo") is None
+    assert fitting.as_run_by("auto", "gloo") == "auto"
+    right = fitting.fit(recs, "allreduce,allgather", fitting.as_run_by(textbook, "gloo"))
+    assert right.parameters["beta"].value == pytest.approx(BETA, rel=1e-9)
+    assert right.parameters["alpha"].value == pytest.approx(ALPHA, rel=1e-9)
+    wrong = fitting.fit(recs, "allreduce,allgather", textbook)
+    assert wrong.max_rel_error > 0.05
+
+
+def test_records_backend_is_none_unless_the_records_agree() -> None:
+    gloo = synth("ring_allreduce", ps=(2,), sizes=[1024], reps=1)
+    nccl = [{**r, "run": {**r["run"], "backend": "nccl"}} for r in gloo]
+    assert fitting.records_backend(gloo) == "gloo" and fitting.records_backend(nccl) == "nccl"
+    assert fitting.records_backend(gloo + nccl) is None and fitting.records_backend([]) is None

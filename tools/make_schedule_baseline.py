@@ -2,6 +2,8 @@
 
     python tools/make_schedule_baseline.py           # writes the fixture
     python tools/make_schedule_baseline.py --check   # compares the current code with it (max relative error)
+    python tools/make_schedule_baseline.py --reprice # after an intended model change: the same cases on the
+                                                     # stored environments, priced again; lists what moved
 
 The fixture was written from the schedules as they were before interference, host overhead and the
 optimizer step existed (issue 16); ``tests/test_interference.py`` checks that with kappa_c = kappa_m =
@@ -53,7 +55,20 @@ def compute(case: dict) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--reprice", action="store_true")
     args = ap.parse_args()
+    if args.reprice:
+        fixture = json.loads(OUT.read_text())
+        envs = {e: cm.Environment.from_dict(d) for e, d in fixture["environments"].items()}
+        for c in fixture["cases"]:
+            t = cm.simulate(cm.profile(c["profile"]), envs[c["env"]], c["p"], c["schedule"],
+                            compressor=c["compressor"]).iteration_time
+            if t != c["iteration_time"]:
+                print(f"{c['schedule']} {c['profile']} {c['env']} p={c['p']} {c['compressor']}: "
+                      f"{c['iteration_time']:.6g} -> {t:.6g} ({t / c['iteration_time'] - 1:+.2%})")
+            c["iteration_time"] = t
+        OUT.write_text(json.dumps(fixture, indent=1) + "\n")
+        return
     if args.check:
         frozen = json.loads(OUT.read_text())["cases"]
         worst = max(abs(compute(c) - c["iteration_time"]) / c["iteration_time"] for c in frozen)

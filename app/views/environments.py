@@ -22,14 +22,16 @@ from app.uploads import reference_records, results_uploader
 from app.urlstate import Param
 from costmodels.analysis import default_candidates
 from costmodels.errors import CommscopeError
+from runners.measure.fit import RUN_BY, records_backend
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = {"reference": "bundled reference run", "upload": "uploaded results files"}
 STATISTICS = {"mean": "mean of the per-iteration times", "median": "median time of each record"}
 METHODS = {"two": "two regimes (Hockney): alpha below 64 KiB, beta and gamma from 256 KiB (as commscope validate fits)",
            "one": "one least-squares fit over the sizes chosen"}
-# what commscope validate fits (runners/validate/suite.py): ring allreduce and allgather, auto for the rest (gloo's
-# reduce-scatter is an allreduce of the whole buffer), in two regimes, to the mean message time
+# what commscope validate fits (runners/validate/suite.py): ring allreduce and allgather, as the records' backend runs
+# them (gloo's allgather: runners.measure.fit.RUN_BY), auto for the rest (gloo's reduce-scatter is an allreduce of the
+# whole buffer), in two regimes, to the mean message time
 VALIDATE_ALGORITHMS = {"allreduce": "ring_allreduce", "allgather": "ring_allgather"}
 URL = {"envs_source": Param("str", options=tuple(SOURCES)), "envs_link": Param("str"),
        "envs_primitives": Param("list", options=tuple(cm.PRIMITIVES)),
@@ -143,7 +145,9 @@ cols = st.columns(len(primitives))
 algorithms = []
 for col, q in zip(cols, primitives, strict=True):
     options = ["auto", *default_candidates(q)]
-    default = options.index(VALIDATE_ALGORITHMS[q]) if VALIDATE_ALGORITHMS.get(q) in options else 0
+    validated = RUN_BY.get(records_backend(records) or "", {}).get(VALIDATE_ALGORITHMS.get(q, ""),
+                                                                     VALIDATE_ALGORITHMS.get(q))
+    default = options.index(validated) if validated in options else 0
     algorithms.append(col.selectbox(f"{q} algorithm", options, index=default, key=f"envs_algo_{q}",
                                     help="auto fits every registered algorithm and keeps the best (AIC); the "
                                          "default is what commscope validate fits"))

@@ -1,8 +1,8 @@
 """Algorithms that a collective library runs and the textbook list lacks, registered after the others.
 
-``ring_reduce`` is gloo's reduce; ``recursive_doubling_allreduce_general`` and ``rabenseifner_reduce``
-are MPICH's short-message allreduce for any p and its long-message reduce (:mod:`costmodels.libraries`
-chooses among them by each library's rules).
+``ring_reduce`` and ``gloo_ring_allgather`` are gloo's reduce and allgather;
+``recursive_doubling_allreduce_general`` and ``rabenseifner_reduce`` are MPICH's short-message allreduce for
+any p and its long-message reduce (:mod:`costmodels.libraries` chooses among them by each library's rules).
 """
 
 from __future__ import annotations
@@ -24,6 +24,34 @@ _add(
            "n/p block to the root, which receives the p-1 blocks over its one link ((p-1) (alpha + n/p beta)); "
            "derived here",
     description="ring reduce-scatter, then each rank sends its reduced n/p block to the root (gloo's reduce)",
+)
+# gloo's allgather (allgather.cc 56-90) is a ring that sends each rank's block as two halves, posting
+# send(h) then recv(h) for each half. Its tcp transport (transport/tcp/pair.cc: Pair::send, Pair::recv,
+# sendAsyncMode, handleRemotePendingRecv) sends a half only after the peer's RECV_READY notice, and every
+# message of a pair (notices and data) leaves through one FIFO queue and socket. At p >= 3 the ring's two pairs
+# of a rank each carry data one way only, so the notices never wait. At p = 2 both neighbours are one pair:
+# a rank B that starts after its peer A's notices have arrived (back-to-back calls: A always finishes first)
+# writes [data h0][RR h0][data h1][RR h1] into the pair, so A's half h0 can leave only once B's h0 is through
+# (h = n/4 bytes: t = alpha + h beta) and A's h1 once B's h1 is (alpha + 2 h beta); B has all of A's data at
+# 2 alpha + 3 h beta, so 3/4 n beta, 1.5 times the ring's n/2 beta (derived here). Measured on two
+# emulated 200 Mbit/s nodes, 16 MiB back to back: 522-526 ms against 351 ms for 8 MiB one way (1.49-1.50);
+# after a barrier each call, 402-527 ms (the ranks start closer than one latency apart in some calls).
+# The late rank's first half-block is the wait (``serial``): under a token bucket it leaves its idle link at
+# the host's speed up to the bucket (token_bucket.py). The latency is kept at the ring's alpha: a call whose
+# ranks start within one latency of each other (a barrier's release) has no wait, and the sweeps' sizes below
+# 64 KiB cost alpha (two-rank validation: 0.20-0.29 ms from 16 B to 16 KiB at 200 Mbit/s, alpha 0.22 ms).
+_pair = sp.Piecewise((1, sp.Eq(p, 2)), (0, True))
+_add(
+    name="gloo_ring_allgather", primitive="allgather",
+    expr=(p - 1) * alpha + _f * n * beta + _pair * n * beta / 4,
+    serial=_pair * n / 4,
+    source="facebookincubator/gloo allgather.cc 56-90 (ring, each block in two halves, send posted before "
+           "recv) and transport/tcp/pair.cc (a send waits for the peer's recv notice; one FIFO per pair): "
+           "the ring, (p-1) alpha + (p-1)/p n beta (Thakur et al. 2005 Sec. 3), and at p = 2, where both "
+           "directions share one pair, alpha + 3/4 n beta, n/4 of it a wait for the peer's half-block; derived "
+           "here (library_algorithms.py comment)",
+    description="gloo's ring allgather; at p = 2 a late rank's recv notices wait behind its own data, so "
+                "three of the four half-blocks cross one after another",
 )
 _add(
     name="recursive_doubling_allreduce_general", primitive="allreduce",

@@ -17,7 +17,7 @@ valid bound).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -30,6 +30,7 @@ from ..environment import Environment
 from ..environment_array import EnvironmentArray
 from ..errors import CommscopeError, DomainError
 from ..symbols import alpha, alpha_intra, beta, beta_intra, g, gamma, n, p, r
+from .evaluator import Evaluator
 from .token_bucket import token_bucket_gradient, token_bucket_time
 
 PRIMITIVES: dict[str, str] = {
@@ -102,44 +103,7 @@ class Domain:
         return "any p" if self.min_p <= 1 else f"p >= {self.min_p}"
 
 
-@dataclass(frozen=True)
-class Evaluator:
-    """A collective's time with p, the environment(s) and parameters fixed (:meth:`Collective.evaluator`):
-    ``evaluator(n)`` broadcasts n against ``shape``, the shape of everything else. An affine model keeps its
-    intercept and slope over that shape (``intercept + slope * n``, the intercept NaN outside the domain),
-    any other its compiled formula, the arguments after n, and where p is outside the domain (``invalid``).
-    Over a link with a token bucket, ``shaped`` holds what :func:`.token_bucket_time` needs besides n: the
-    compiled dT/d alpha and dT/d beta, the link's beta and its bucket (0 where unshaped)."""
-
-    shape: tuple[int, ...]
-    compiled: CompiledExpr
-    args: list[Any]
-    invalid: np.ndarray | None = None
-    intercept: np.ndarray | None = None
-    slope: np.ndarray | None = None
-    shaped: tuple[CompiledExpr, CompiledExpr, Any, Any] | None = None
-    affine_shaped: tuple[Any, ...] | None = None
-
-    def __call__(self, n_: Any) -> np.ndarray:
-        sizes = np.asarray(n_, dtype=np.float64)
-        if self.intercept is not None:
-            return self.intercept + self.slope * sizes
-        if self.affine_shaped is not None:  # T, dT/d alpha and dT/d beta affine in n: their coefficients, kept
-            a, b, s_a, s_b, w_a, w_b, link_beta, burst = self.affine_shaped
-            t = token_bucket_time(a + b * sizes, s_a + s_b * sizes, w_a + w_b * sizes, link_beta, burst)
-            return t if self.invalid is None else np.where(self.invalid, np.nan, t)
-        t = np.asarray(self.compiled(sizes, self.args), dtype=np.float64)
-        if self.shaped is not None:
-            d_alpha, d_beta, link_beta, burst = self.shaped
-            t = token_bucket_time(t, d_alpha(sizes, self.args), d_beta(sizes, self.args), link_beta, burst)
-        return t if self.invalid is None else np.where(self.invalid, np.nan, t)
-
-    def on_rows(self, rows: Callable[[Any], Any]) -> Evaluator:
-        """The same evaluator on part of its shape: ``rows`` maps each array to that part."""
-        shaped = None if self.shaped is None else (*self.shaped[:2], rows(self.shaped[2]), rows(self.shaped[3]))
-        affine = None if self.affine_shaped is None else tuple(rows(x) for x in self.affine_shaped)
-        return replace(self, args=[rows(x) for x in self.args], invalid=rows(self.invalid), shaped=shaped,
-                       affine_shaped=affine)
+NO_SERIAL = sp.Integer(0)  # no bytes wait behind another rank's message
 
 
 @dataclass(frozen=True, eq=False)
@@ -159,6 +123,9 @@ class Collective:
             algorithm; empty when it does.
         extra_resources: hardware it needs beyond the p ranks (e.g. server nodes); such
             algorithms are compared by :func:`costmodels.cheapest` only when asked for.
+        serial: bytes of ``expr``'s wire term that wait behind another rank's message rather than
+            follow a step of the algorithm (0 for most); a token bucket hides them up to its size
+            (:mod:`.token_bucket`).
     """
 
     name: str
@@ -171,6 +138,7 @@ class Collective:
     topology: str = "flat"
     lower_bound_exempt: str = ""
     extra_resources: str = ""
+    serial: sp.Expr = NO_SERIAL
 
     def __post_init__(self) -> None:
         if self.primitive not in PRIMITIVES:
@@ -180,7 +148,7 @@ class Collective:
         allowed = {p, n, alpha, beta, gamma} | {q.symbol for q in self.params}
         if self.topology == "hierarchical":
             allowed |= {alpha_intra, beta_intra, g, r}
-        extra = self.expr.free_symbols - allowed
+        extra = (self.expr.free_symbols | sp.sympify(self.serial).free_symbols) - allowed
         if extra:
             raise ValueError(f"{self.name}: expression has undeclared symbols {extra}")
 
@@ -296,12 +264,14 @@ class Collective:
             link["burst"] = np.where(use_ib, 0.0, burst)
         return vals, link
 
-    def _shaping(self, args: list[Any], link: Mapping[str, Any]) -> tuple[CompiledExpr, CompiledExpr, Any, Any] | None:
+    def _shaping(self, args: list[Any], link: Mapping[str, Any]
+                 ) -> tuple[CompiledExpr, CompiledExpr, Any, Any, CompiledExpr] | None:
         """What :func:`.token_bucket_time` needs besides n, or None over links without a bucket."""
         if "burst" not in link:
             return None
         d_alpha, d_beta = self._derivative(alpha), self._derivative(beta)
-        return d_alpha, d_beta, args[self._args.index(beta)], link["burst"]
+        return (d_alpha, d_beta, args[self._args.index(beta)], link["burst"],
+                self._compile("serial", sp.sympify(self.serial)))
 
     def time(self, n: Any, p: Any, env: Environment, *, out_of_domain: str = "raise",
              **params: Any) -> Any:
@@ -314,7 +284,8 @@ class Collective:
         t = self._compile("time", self.expr)(nb, args)
         shaping = self._shaping(args, link)
         if shaping is not None:
-            t = token_bucket_time(t, shaping[0](nb, args), shaping[1](nb, args), *shaping[2:])
+            t = token_bucket_time(t, shaping[0](nb, args), shaping[1](nb, args), shaping[2], shaping[3],
+                                  shaping[4](nb, args))
         if invalid is not None and np.any(invalid):
             t = np.where(invalid, np.nan, t)
         shape = np.broadcast_shapes(nb.shape, pr.shape, *(np.shape(a) for a in args))
@@ -339,9 +310,9 @@ class Collective:
         if shaping is not None:
             shape = np.broadcast_shapes(shape, np.shape(shaping[3]))
             bad = invalid if invalid is not None and np.any(invalid) else None
-            if compiled.affine and shaping[0].affine and shaping[1].affine:
+            if compiled.affine and shaping[0].affine and shaping[1].affine and shaping[4].affine:
                 coefficients = [np.broadcast_to(np.asarray(v, dtype=np.float64), shape)
-                                for c in (compiled, shaping[0], shaping[1]) for v in c.coefficients(args)]
+                                for c in (compiled, shaping[0], shaping[1], shaping[4]) for v in c.coefficients(args)]
                 return Evaluator(shape, compiled, args, bad, shaped=shaping,
                                  affine_shaped=(*coefficients, shaping[2], shaping[3]))
             return Evaluator(shape, compiled, args, bad, shaped=shaping)
@@ -372,7 +343,8 @@ class Collective:
         if shaping is not None:  # piecewise linear: the derivative of the branch of the minimum that binds
             t0 = self._compile("time", self.expr)(nb, args)
             steps, wire = raw[alpha], raw[beta]
-            raw = {sym: token_bucket_gradient(t0, steps, wire, shaping[2], shaping[3], d, sym is beta)
+            serial = shaping[4](nb, args)
+            raw = {sym: token_bucket_gradient(t0, steps, wire, shaping[2], shaping[3], d, sym is beta, serial)
                    for sym, d in raw.items()}
         for field_name, sym in pairs:
             d = raw[sym]

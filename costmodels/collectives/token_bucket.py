@@ -27,6 +27,15 @@ like every model here.
 
 Only flat algorithms on the shaped (inter-node, or only) link get the term; the intra-node link (loopback
 in the emulator) has no bucket, and hierarchical algorithms and lower bounds are left as they are.
+
+Bytes that wait behind another rank's message (``serial``, s: a collective's ``serial`` expression, e.g. gloo's
+allgather at p = 2, whose early rank waits for its peer's half-block before its receive notice arrives) are
+not steps of the algorithm: that message leaves its sender's idle link on a full bucket, so up to ``B`` of
+it pass at the host's speed and the wait is ``beta max(0, s - B)``. The rest of the time gets the term above::
+
+    T_tb = tb(T - beta s; S, W - s) + beta max(0, s - B)
+
+(derived here), which is ``T`` without a bucket.
 """
 
 from __future__ import annotations
@@ -44,19 +53,33 @@ def _terms(time: Any, steps: Any, wire_bytes: Any, beta: Any, burst_bytes: Any
         return t, s, w, b, (t - beta * w) / s, w / s
 
 
-def token_bucket_time(time: Any, steps: Any, wire_bytes: Any, beta: Any, burst_bytes: Any) -> np.ndarray:
+def token_bucket_time(time: Any, steps: Any, wire_bytes: Any, beta: Any, burst_bytes: Any,
+                      serial_bytes: Any = 0.0) -> np.ndarray:
     """``T - S min(idle, m beta, B beta)`` (module doc): ``time`` T of the unshaped model, ``steps`` S =
     dT/d alpha, ``wire_bytes`` W = dT/d beta, ``beta`` of the shaped link and its bucket ``burst_bytes`` B
-    (0 where unshaped); all broadcast."""
-    t, s, _, b, idle, per_step = _terms(time, steps, wire_bytes, beta, burst_bytes)
+    (0 where unshaped); ``serial_bytes`` s (part of T and W) wait behind another rank's message and cost
+    ``beta max(0, s - B)``; all broadcast."""
+    sb = np.asarray(serial_bytes, dtype=np.float64)
+    t, s, _, b, idle, per_step = _terms(np.asarray(time) - beta * sb, steps, np.asarray(wire_bytes) - sb, beta,
+                                        burst_bytes)
     hidden = np.minimum(np.minimum(idle, per_step * beta), b * beta)
-    return np.where(s > 0, t - s * np.maximum(hidden, 0.0), t)
+    return np.where(s > 0, t - s * np.maximum(hidden, 0.0), t) + beta * np.maximum(sb - b, 0.0)
 
 
 def token_bucket_gradient(time: Any, steps: Any, wire_bytes: Any, beta: Any, burst_bytes: Any,
-                          d_time: Any, is_beta: bool) -> np.ndarray:
+                          d_time: Any, is_beta: bool, serial_bytes: Any = 0.0) -> np.ndarray:
     """d T_tb / d x from d T / d x (``d_time``) for one parameter x (``is_beta``: x is the shaped link's beta):
-    minus S times the derivative of whichever of idle, m beta and B beta is the smallest (module doc)."""
+    minus S times the derivative of whichever of idle, m beta and B beta is the smallest (module doc), plus
+    ``max(0, s - B)`` for beta."""
+    sb = np.asarray(serial_bytes, dtype=np.float64)
+    time, wire_bytes = np.asarray(time) - beta * sb, np.asarray(wire_bytes) - sb
+    serial_part = np.maximum(sb - np.asarray(burst_bytes, dtype=np.float64), 0.0) if is_beta else 0.0
+    d_time = np.asarray(d_time, dtype=np.float64) - (sb if is_beta else 0.0)
+    return _base_gradient(time, steps, wire_bytes, beta, burst_bytes, d_time, is_beta) + serial_part
+
+
+def _base_gradient(time: Any, steps: Any, wire_bytes: Any, beta: Any, burst_bytes: Any, d_time: Any,
+                   is_beta: bool) -> np.ndarray:
     _, s, w, b, idle, per_step = _terms(time, steps, wire_bytes, beta, burst_bytes)
     with np.errstate(divide="ignore", invalid="ignore"):
         d_idle = (np.asarray(d_time, dtype=np.float64) - (w if is_beta else 0.0)) / s

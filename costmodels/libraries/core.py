@@ -26,7 +26,7 @@ import numpy as np
 
 from ..collectives import PRIMITIVES
 from ..collectives import collective as get_collective
-from ..collectives.model import Evaluator
+from ..collectives.evaluator import Evaluator
 from ..environment import LIBRARY_NAMES, Environment
 from ..environment_array import EnvironmentArray
 from ..errors import CommscopeError, UnknownNameError

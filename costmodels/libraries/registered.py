@@ -42,7 +42,7 @@ register(Library(
 # --------------------------------------------------------------------------------------------- gloo
 GLOO = {
     "allreduce": "ring_allreduce",
-    "allgather": "ring_allgather",
+    "allgather": "gloo_ring_allgather",
     "reduce_scatter": "allreduce_reduce_scatter",
     "broadcast": "binomial_broadcast",
     "reduce": "ring_reduce",
@@ -59,9 +59,11 @@ register(Library(
     name="gloo",
     description="gloo, as PyTorch's gloo backend runs it: one algorithm per primitive, whatever the size",
     source="facebookincubator/gloo (cc441984): allreduce.cc 134-141 (ring unless another algorithm is asked "
-           "for; PyTorch's ProcessGroupGloo never asks), allgather.cc 27-90 (ring), broadcast.cc 44-80 (binomial "
-           "tree), reduce.cc 61-82 (ring reduce-scatter, then blocks to the root); reduce_scatter measured as a "
-           "whole-buffer allreduce with torch 2.13 (commscope validate, runners/reference/validation)",
+           "for; PyTorch's ProcessGroupGloo never asks), allgather.cc 27-90 (ring; at p = 2 its "
+           "halves cross one after another behind the tcp pair's recv notices, library_algorithms.py), "
+           "broadcast.cc 44-80 (binomial tree), reduce.cc 61-82 (ring reduce-scatter, then blocks to the root); "
+           "reduce_scatter measured as a whole-buffer allreduce with torch 2.13 (commscope validate, "
+           "runners/reference/validation)",
     primitives=tuple(GLOO),
     options=_gloo_options,
 ))

@@ -24,7 +24,8 @@ OVERLAPPING = frozenset({"wfbp", "fusion", "mgwfbp", "bytescheduler", "dear", "z
 
 #: The sweep fit that validation uses (:func:`runners.validate.suite.make_plan`): ring allreduce and
 #: allgather, reduce-scatter left to ``auto`` (gloo's is a whole-buffer allreduce); the mean message time,
-#: since an iteration sends its messages back to back.
+#: since an iteration sends its messages back to back. Each is fitted as the records' backend runs it
+#: (:func:`runners.measure.fit.as_run_by`: gloo's allgather).
 SWEEP_ALGORITHM = "ring_allreduce,ring_allgather"
 SWEEP_STATISTIC = "mean"
 
@@ -144,6 +145,7 @@ def sweep_environment(paths: Sequence[str], records: Sequence[Mapping[str, Any]]
     if not prims:
         raise CommscopeError("the collective records hold no allreduce, allgather or reduce_scatter to fit")
     wanted = [a for a in SWEEP_ALGORITHM.split(",") if a.split("_", 1)[1] in prims]
+    wanted = (fit.as_run_by(",".join(wanted), fit.records_backend(colls)) or "").split(",") if wanted else []
     sizes = sorted(int(r["config"]["bytes"]) for r in colls)
     how = dict(primitive=",".join(prims), algorithm=",".join(wanted) or None, name=name, statistic=SWEEP_STATISTIC)
     if sizes[0] < fit.LATENCY_BELOW and sizes[-1] >= fit.BANDWIDTH_FROM:

@@ -10,7 +10,11 @@ Both take a local SGD step ``x_i <- x_i - lr * g_i`` on every rank, then communi
   Metropolis weights 1/3 on itself and each ring neighbour; 1/2 each for two ranks), the same step as
   :mod:`convergence.sim_algorithms`. Each rank sends its whole model to, and receives one from, every j
   with ``W_ij != 0`` by point-to-point ``isend`` / ``irecv`` (gloo and NCCL both have them), so a ring
-  costs two neighbour exchanges per step whatever the number of ranks.
+  costs two neighbour exchanges per step whatever the number of ranks. Every receive is posted before any
+  send: gloo's tcp pair sends a message only after the peer's receive notice, and a rank's notices leave
+  through the same queue as its data, so a rank that sent first would hold its notice behind its whole model
+  and the two directions of the exchange would cross one after the other. Measured on two emulated
+  200 Mbit/s nodes, 8 MiB each way: 694 ms sending first, 351 ms receiving first (one way: 351 ms).
 
 Models are the parameters and the floating-point buffers (e.g. BatchNorm's running statistics), flattened
 into one message per dtype. All ranks start from the group's first rank's model (broadcast at construction,
@@ -124,12 +128,12 @@ class DPSGD(_LocalStep):
         mixing = 0.0
         for tensors, flat in _flat_by_dtype(_model_tensors(self.model)):
             requests, received = [], []
-            for j, w in self.neighbours:
-                peer = _global_rank(self.group, j)
+            peers = [(_global_rank(self.group, j), w) for j, w in self.neighbours]
+            for peer, w in peers:  # every receive posted before any send (see the module docstring)
                 buf = torch.empty_like(flat)
-                requests.append(dist.isend(flat, dst=peer, group=self.group))
                 requests.append(dist.irecv(buf, src=peer, group=self.group))
                 received.append((w, buf))
+            requests += [dist.isend(flat, dst=peer, group=self.group) for peer, _ in peers]
             for r in requests:
                 r.wait()
             t0 = self.clock()

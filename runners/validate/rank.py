@@ -84,8 +84,12 @@ def fit_link(records: Path, plan: dict[str, Any]) -> Any:
     sw = plan["sweep"]
     lat_bytes = int(sw.get("latency_bytes", 0))
     sizes = sweep_sizes(sw)
-    how = dict(primitive=sw["ops"], algorithm=plan.get("fit_algorithm"), name=plan.get("environment_name"),
-               statistic=plan.get("fit_statistic", "median"))
+    from runners import results
+
+    # the plan names textbook algorithms; the fit prices what the records' backend ran (gloo's allgather)
+    backend = fit.records_backend(results.load(records).records)
+    how = dict(primitive=sw["ops"], algorithm=fit.as_run_by(plan.get("fit_algorithm"), backend),
+               name=plan.get("environment_name"), statistic=plan.get("fit_statistic", "median"))
     two = sizes[-1] >= fit.BANDWIDTH_FROM and sizes[0] < (lat_bytes or fit.LATENCY_BELOW)
     if plan.get("fit_method") == "two_regimes" and not two:
         print(f"# note: the sweep ({cm.format_size(sizes[0])} to {cm.format_size(sizes[-1])}) does not reach "

@@ -1,10 +1,11 @@
 """Fitting an environment (alpha, beta, gamma; an intra-node link too) to measured collective times: the records
 (:mod:`.records`), least squares (:mod:`.least_squares`) where identifiable (:mod:`.identify`), model selection
 (:mod:`.selection`), the two-regime fit (:mod:`.two_regimes`), plausibility guards (:mod:`.plausibility`),
-prediction errors (:mod:`.prediction`), results."""
+prediction errors (:mod:`.prediction`), results, and the algorithms as a backend runs them (:mod:`.backend`)."""
 
 from __future__ import annotations
 
+from .backend import RUN_BY, as_run_by, records_backend
 from .identify import ORDER, SEPARATION_MIN
 from .plausibility import FAR_P, FAR_SIZES, RMS_LIMIT, fit_warnings, plausibility, use_warnings
 from .prediction import DEFAULT_P1_BYTES, PredictionErrors, prediction_errors
@@ -24,6 +25,7 @@ __all__ = [
            "ORDER",
            "PARAMS",
            "RMS_LIMIT",
+           "RUN_BY",
            "SEPARATION_MIN",
            "STATISTICS",
            "UNITS",
@@ -32,6 +34,7 @@ __all__ = [
            "FitResult",
            "FittedParameter",
            "PredictionErrors",
+           "as_run_by",
            "faster_than_the_wire",
            "fit",
            "fit_two_regimes",
@@ -39,5 +42,6 @@ __all__ = [
            "plausibility",
            "prediction_errors",
            "record_time",
+           "records_backend",
            "use_warnings",
 ]
