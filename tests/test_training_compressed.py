@@ -184,7 +184,8 @@ def _powersgd(rank: int, ws: int) -> dict[str, object]:
     trainer = technique("powersgd").build(model, LR, rank=1, start_powerSGD_iter=2)
     state = trainer.hook_state
     out: dict[str, object] = {
-        "hooked": trainer.ddp._comm_hooks == [(powerSGD_hook.powerSGD_hook, state)],
+        "hooked": [(getattr(h, "hook", None), st) for h, st in trainer.ddp._comm_hooks]
+                  == [(powerSGD_hook.powerSGD_hook, state)],  # in BucketsInOrder on gloo
         "state": (state.matrix_approximation_rank, state.start_powerSGD_iter, state.use_error_feedback,
                   state.warm_start, state.process_group),
         "exact_err": [], "vector_err": [], "rank_ratio": [],
@@ -424,3 +425,32 @@ def test_dpsgd_posts_every_receive_before_any_send(monkeypatch: pytest.MonkeyPat
     gossip.neighbours, gossip.clock = [(3, 1 / 3), (1, 1 / 3)], lambda: 0.0
     assert gossip.communicate()[0]
     assert calls == [("recv", 3), ("recv", 1), ("send", 3), ("send", 1)]
+
+
+def test_powersgd_buckets_run_one_after_another() -> None:
+    # bucket k's hook starts only when bucket k-1's future completes, and each bucket's future carries its own
+    # hook's value; reset() starts a new backward (on gloo, PowerSGD's callbacks raced the next bucket's first
+    # all-reduce: ddp_hooks.py)
+    from runners.training.compressed.ddp_hooks import BucketsInOrder
+
+    started: list[int] = []
+    inner: dict[int, torch.futures.Future] = {}
+
+    def hook(state: object, bucket: int) -> torch.futures.Future:
+        started.append(bucket)
+        inner[bucket] = torch.futures.Future()
+        return inner[bucket]
+
+    ordered = BucketsInOrder(hook)
+    futs = [ordered(None, b) for b in range(3)]
+    assert started == [0]
+    inner[0].set_result(torch.tensor([10.0]))
+    assert started == [0, 1] and futs[0].value().item() == 10.0 and not futs[1].done()
+    inner[1].set_result(torch.tensor([11.0]))
+    assert started == [0, 1, 2] and futs[1].value().item() == 11.0
+    inner[2].set_exception(RuntimeError("gloo failed"))
+    with pytest.raises(RuntimeError, match="gloo failed"):
+        futs[2].wait()
+    ordered.reset()
+    ordered(None, 3)
+    assert started == [0, 1, 2, 3]  # the next backward's first bucket does not wait for the last one's

@@ -4,6 +4,14 @@ They are PyTorch DDP with PyTorch's own communication hooks (``default_hooks.fp1
 ``powerSGD_hook.PowerSGDState`` + ``powerSGD_hook``), registered on the DDP model as PyTorch documents:
 the gradient communication runs inside ``backward`` (bucketed, overlapped), so those steps report it
 there and ``compression`` / ``exposed_comm`` stay 0.
+
+On gloo, PowerSGD's bucket chains run one after another (:class:`BucketsInOrder`): the hook issues a
+bucket's P and Q all-reduces from the callbacks of its earlier ones, which gloo runs on its worker threads,
+while DDP issues the next bucket's first all-reduce from backward. The two raced, in a different order on
+each rank, and gloo matched different collectives: "Received data size doesn't match expected size" (7168
+vs 1024 B), gpt_wide on two emulated 200 Mbit/s ranks at iteration 8-12 (commscope validate --suite full).
+DDP calls the hook in bucket order on every rank (its reducer launches buckets by index), so chaining the
+buckets gives every rank the same order.
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ class _HookedDDP(Trainer):
     def step(self, inputs: Any, targets: Any, loss_fn: LossFn) -> StepResult:
         from ..exact_common import sgd_  # imports torch
 
+        if isinstance(self.hook, BucketsInOrder):
+            self.hook.reset()  # a new backward: its first bucket starts at once
         t0 = self.clock()
         self.ddp.zero_grad(set_to_none=True)
         loss = loss_fn(self.ddp(inputs), targets)
@@ -45,6 +55,51 @@ class _HookedDDP(Trainer):
         t3 = self.clock()
         return StepResult(loss=float(loss.detach()), total=t3 - t0, forward=t1 - t0, backward=t2 - t1,
                           update=t3 - t2)
+
+
+class BucketsInOrder:
+    """A DDP communication hook whose bucket chains run one after another, in the order DDP calls it: bucket
+    k's hook starts when bucket k-1's future completes (module doc: why gloo needs it)."""
+
+    def __init__(self, hook: Any) -> None:
+        import inspect
+
+        self.hook = hook
+        self.tail: Any = None
+        # DDP checks a hook's name and its signature's annotations (bucket: GradBucket, -> Future[Tensor])
+        self.__name__ = self.__qualname__ = f"{getattr(hook, '__name__', 'hook')}_buckets_in_order"
+        self.__signature__ = inspect.signature(hook)
+
+    def reset(self) -> None:
+        self.tail = None
+
+    def __call__(self, state: Any, bucket: Any) -> Any:
+        import torch
+
+        previous = self.tail
+        if previous is None:
+            fut = self.hook(state, bucket)
+        else:
+            fut = torch.futures.Future()
+
+            def start(_: Any) -> None:
+                try:
+                    inner = self.hook(state, bucket)
+                except Exception as exc:  # the hook raised: DDP sees it on this bucket's future
+                    fut.set_exception(exc)
+                    return
+
+                def done(f: Any) -> None:
+                    try:
+                        fut.set_result(f.value())
+                    except Exception as exc:
+                        fut.set_exception(exc)
+
+                inner.add_done_callback(done)
+
+            previous.add_done_callback(start)
+        self.tail = fut
+        return fut
 
 
 class FP16(_HookedDDP):
@@ -76,5 +131,9 @@ class PowerSGD(_HookedDDP):
         state = powersgd.PowerSGDState(process_group=self.group, matrix_approximation_rank=self.rank_r,
                                        start_powerSGD_iter=self.start_iter,
                                        use_error_feedback=self.use_error_feedback, warm_start=self.warm_start)
+        import torch.distributed as dist
+
+        if dist.get_backend(self.group) == "gloo":
+            return state, BucketsInOrder(powersgd.powerSGD_hook)
         return state, powersgd.powerSGD_hook
 
