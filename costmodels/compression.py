@@ -20,7 +20,8 @@ Decoding (derived here; every term is bytes moved at ``MEMORY_BYTES_PER_S``):
 - PowerSGD follows ``powerSGD_hook``: see :func:`powersgd_passes`.
 
 Names are ``name`` or ``name:parameter``: ``topk:0.01`` (density), ``qsgd:8`` (bits), ``powersgd:4``
-(rank), ``randomk:0.01``, ``dgc:0.001``.
+(rank), ``randomk:0.01``, ``dgc:0.001``, ``signsgd:8`` (bits per element on the wire: 1 packed, 8 as int8
+codes, what commscope's runners send; likewise ``ef_signsgd`` and ``terngrad``, 2 packed).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class Compressor:
     ``wire(d, param, shape, value_bytes)`` -> bytes one worker sends for d elements; ``passes`` ->
     memory passes over the d x value_bytes gradient to encode; ``sparse``: decoding scatters received
     (index, value) pairs; ``cast_to``: the dtype a cast compressor casts to; ``delta(d, param)`` /
-    ``omega(d, param)`` -> the bound constant (None when it has none).
+    ``omega(d, param)`` -> the bound constant (None when it has none); ``wire_only``: the parameter sets only
+    the width of a code on the wire (signs, ternary), not what the compressor computes or its constants.
     """
 
     name: str
@@ -69,6 +71,7 @@ class Compressor:
     check: Callable[[float], str | None] = lambda q: None
     sparse: bool = False
     cast_to: str | None = None
+    wire_only: bool = False
 
     def resolve(self, value: float | None) -> float | None:
         if self.parameter is None:
@@ -205,6 +208,11 @@ def _bits(q: float) -> str | None:
     return None if q == int(q) and 2 <= q <= 16 else "must be an integer number of bits in [2, 16]"
 
 
+def _code_bits(q: float, least: int) -> str | None:
+    """Bits per element on the wire of a sign or ternary code: ``least`` packed, up to 32 (an int32 each)."""
+    return None if q == int(q) and least <= q <= 32 else f"must be an integer number of bits in [{least}, 32]"
+
+
 def _qsgd_omega(d: int, bits: int) -> float:
     """QSGD's variance with s = 2^(b-1) - 1 levels (one bit is the sign): min(d/s^2, sqrt(d)/s)."""
     s = 2 ** (bits - 1) - 1
@@ -241,17 +249,21 @@ for _c in (
                "Alistarh et al., 'QSGD', NeurIPS 2017, Lemma 3.1: omega = min(d/s^2, sqrt(d)/s)", "allgather",
                "bits", 8.0, lambda d, q, s, vb: d * (q or 8) / 8 + vb, 3.0,
                omega=lambda d, q: _qsgd_omega(d, int(q or 8)), check=_bits),
-    Compressor("terngrad", "stochastic ternary {-1, 0, 1} times the max norm (2 bits per element)",
+    Compressor("terngrad", "stochastic ternary {-1, 0, 1} times the max norm (2 bits per element packed; "
+               "terngrad:8 for one byte per element)",
                "Wen et al., 'TernGrad', NeurIPS 2017; variance from E||Q||^2 <= ||g||_inf ||g||_1 <= sqrt(d)||g||^2",
-               "allgather", None, None, lambda d, q, s, vb: d * 2 / 8 + vb, 3.0,
-               omega=lambda d, q: math.sqrt(d) - 1),
-    Compressor("signsgd", "signs only (1 bit per element), aggregated by majority vote",
+               "allgather", "bits", 2.0, lambda d, q, s, vb: d * (q or 2) / 8 + vb, 3.0,
+               omega=lambda d, q: math.sqrt(d) - 1, check=lambda q: _code_bits(q, 2), wire_only=True),
+    Compressor("signsgd", "signs only (1 bit per element packed; signsgd:8 for one byte per element), aggregated "
+               "by majority vote",
                "Bernstein et al., 'signSGD', ICML 2018 / ICLR 2019 (majority vote; bound in l1, no delta/omega)",
-               "allgather", None, None, lambda d, q, s, vb: d / 8, 2.0),
-    Compressor("ef_signsgd", "scaled signs (||g||_1/d) sign(g) with error feedback",
+               "allgather", "bits", 1.0, lambda d, q, s, vb: d * (q or 1) / 8, 2.0, check=lambda q: _code_bits(q, 1),
+               wire_only=True),
+    Compressor("ef_signsgd", "scaled signs (||g||_1/d) sign(g) with error feedback (1 bit per element packed)",
                "Karimireddy et al., 'Error feedback fixes SignSGD', ICML 2019, Lemma 8: "
-               "delta = ||g||_1^2/(d ||g||^2) >= 1/d", "allgather", None, None, lambda d, q, s, vb: d / 8 + vb,
-               3.0, delta=lambda d, q: 1 / d, error_feedback=True),
+               "delta = ||g||_1^2/(d ||g||^2) >= 1/d", "allgather", "bits", 1.0,
+               lambda d, q, s, vb: d * (q or 1) / 8 + vb, 3.0, delta=lambda d, q: 1 / d, error_feedback=True,
+               check=lambda q: _code_bits(q, 1), wire_only=True),
     Compressor("powersgd", "rank-r factors P (n x r) and Q (m x r) by one power iteration; per DDP bucket three "
                "all-reduces: the uncompressed tensors, all Ps, all Qs",
                "Vogels, Karimireddy, Jaggi, 'PowerSGD', NeurIPS 2019; PyTorch powerSGD_hook (per bucket: "

@@ -338,8 +338,8 @@ def test_signsgd_majority_vote_by_hand() -> None:
 EXPECTED = {  # name: (compressor, bound, schedule)
     "fp16": ("fp16", None, "fusion"), "powersgd": ("powersgd", "powersgd", "fusion"),
     "topk": ("topk", "topk", "fusion"), "randomk": ("randomk", "randomk", "fusion"), "dgc": ("dgc", None, "fusion"),
-    "qsgd": ("qsgd", "qsgd", "fusion"), "terngrad": ("terngrad", None, "fusion"),
-    "signsgd": ("signsgd", "signsgd", "fusion"), "ef_signsgd": ("ef_signsgd", "ef_signsgd", "fusion"),
+    "qsgd": ("qsgd", "qsgd", "fusion"), "terngrad": ("terngrad:8", None, "fusion"),  # int8 codes, priced as sent
+    "signsgd": ("signsgd:8", "signsgd", "fusion"), "ef_signsgd": ("ef_signsgd:8", "ef_signsgd", "fusion"),
     "local_sgd": (None, "local_sgd", "local_sgd"),
     "dpsgd": (None, "dpsgd", "dpsgd"),
 }
@@ -350,7 +350,7 @@ def test_techniques_name_their_compressor_bound_and_schedule() -> None:
     for name, (comp, bound, schedule) in EXPECTED.items():
         t = technique(name)
         assert (t.compressor, t.bound, t.schedule, t.exact) == (comp, bound, schedule, False)
-        assert comp is None or comp in cm.compressors()
+        assert comp is None or cm.parse_compressor(comp)[0].name in cm.compressors()
         assert bound is None or bound in cv.bounds()
         assert schedule is None or schedule in cm.schedules()
         if name in ("fp16", "powersgd", "local_sgd", "dpsgd"):
@@ -454,3 +454,26 @@ def test_powersgd_buckets_run_one_after_another() -> None:
     ordered.reset()
     ordered(None, 3)
     assert started == [0, 1, 2, 3]  # the next backward's first bucket does not wait for the last one's
+
+
+def test_quantisers_are_priced_as_they_are_sent() -> None:
+    # the runners send one int8 per element (quantizers.py), so signSGD, EF-signSGD and TernGrad are priced at
+    # 8 bits per element: 1,000 elements of fp32 -> 1,000 B of signs, + 4 B of scale per tensor for TernGrad and
+    # EF-signSGD; packed, the compressors' own formats are 125 B (signs), 129 B and 254 B (2 bits + scale)
+    from runners.training.pricing import schedule_call
+
+    for name, sent, packed in (("signsgd", 1000.0, 125.0), ("ef_signsgd", 1004.0, 129.0), ("terngrad", 1004.0, 254.0)):
+        spec = schedule_call(name, {})[1]
+        assert spec == f"{name}:8"
+        entry, bits = cm.parse_compressor(spec)
+        assert entry.wire_bytes(1000, bits) == sent and cm.compressor(name).wire_bytes(1000) == packed
+    assert schedule_call("qsgd", {})[1] == "qsgd:8"  # QSGD's default 8 bits are the int8 levels it sends
+    from runners.constants.options import parse_compressor_list
+
+    # the width on the wire does not change what the compressor computes: constants keep the plain name
+    assert parse_compressor_list("signsgd:8,ef_signsgd,terngrad:8,qsgd:4") == ["signsgd", "ef_signsgd", "terngrad",
+                                                                               "qsgd:4"]
+    with pytest.raises(CommscopeError, match=r"bits in \[1, 32\]"):
+        cm.parse_compressor("signsgd:0")
+    with pytest.raises(CommscopeError, match=r"bits in \[2, 32\]"):
+        cm.parse_compressor("terngrad:1")

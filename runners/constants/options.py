@@ -94,7 +94,8 @@ def parse_compressor_list(text: str) -> list[str]:
             entry, value = cm.parse_compressor(item)
         except CommscopeError as exc:
             raise ConstantsError(f"--compressors {item!r}: {exc}") from None
-        label = entry.name if value is None else f"{entry.name}:{value:g}"
+        # a code's width on the wire does not change the compressor's constants: signsgd:8 is measured as signsgd
+        label = entry.name if value is None or entry.wire_only else f"{entry.name}:{value:g}"
         if label in out:
             raise ConstantsError(f"--compressors lists {label} twice")
         out.append(label)

@@ -4,9 +4,10 @@
   they quantise the gradient itself (s = 2^(bits-1) - 1 levels of the tensor's l2 norm; or ternary times
   its max-abs) by stochastic rounding with a per-rank generator, all-gather one float32 scale per tensor and
   the signed levels (int8, int32 above 8 bits as gloo has no int16), and step ``lr`` times the average.
-  The wire carries a byte per level, not the bits the cost model counts.
-* ``signsgd`` (Bernstein et al. 2019) all-gathers int8 signs (a byte each) and steps ``lr`` times the
-  majority vote ``sign(sum_r sign(g_r))`` (0 where the vote ties or every gradient is 0).
+  The wire carries a byte per level, not the bits the codes need; TernGrad is priced as sent
+  (``terngrad:8``, :mod:`.registration`), QSGD at its default 8 bits is.
+* ``signsgd`` (Bernstein et al. 2019) all-gathers int8 signs (a byte each; priced as sent, ``signsgd:8``) and
+  steps ``lr`` times the majority vote ``sign(sum_r sign(g_r))`` (0 where the vote ties or every gradient is 0).
 """
 
 from __future__ import annotations

@@ -31,11 +31,11 @@ for _t in (
               "norms + levels all-gathered", QSGD, exact=False, compressor="qsgd", bound="qsgd",
               options={"bits": 8, "seed": 0}, **_FUSED),
     Technique("terngrad", "TernGrad: unbiased stochastic ternary times each tensor's max-abs; scales + int8 codes "
-              "all-gathered", TernGrad, exact=False, compressor="terngrad", options={"seed": 0}, **_FUSED),
+              "all-gathered", TernGrad, exact=False, compressor="terngrad:8", options={"seed": 0}, **_FUSED),
     Technique("signsgd", "signSGD with majority vote: int8 signs all-gathered, step lr * sign(sum of signs)",
-              SignSGD, exact=False, compressor="signsgd", bound="signsgd", **_FUSED),
+              SignSGD, exact=False, compressor="signsgd:8", bound="signsgd", **_FUSED),
     Technique("ef_signsgd", "EF-signSGD: (||p||_1/d) sign(p) per tensor with error feedback on lr * g; scales + "
-              "int8 signs all-gathered", EFSignSGD, exact=False, compressor="ef_signsgd", bound="ef_signsgd",
+              "int8 signs all-gathered", EFSignSGD, exact=False, compressor="ef_signsgd:8", bound="ef_signsgd",
               **_FUSED),
 ):
     TECHNIQUES.register(_t)

@@ -125,7 +125,7 @@ def make_options(algorithm: str, model: str, iterations: int, batch_size: int = 
     if tech.compressor is not None:  # the compressor's knob checked here, before any rank starts
         import costmodels as cm
 
-        comp = cm.compressor(tech.compressor)
+        comp = cm.parse_compressor(tech.compressor)[0]  # a spec: "signsgd:8" prices the int8 codes it sends
         if comp.parameter is not None and comp.parameter in typed:
             try:
                 comp.resolve(typed[comp.parameter])
