@@ -22,7 +22,7 @@ from app.uploads import reference_records, results_uploader
 from app.urlstate import Param
 from costmodels.analysis import default_candidates
 from costmodels.errors import CommscopeError
-from runners.measure.fit import RUN_BY, records_backend
+from runners.measure.fit import as_run_by, records_backend
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = {"reference": "bundled reference run", "upload": "uploaded results files"}
@@ -145,8 +145,7 @@ cols = st.columns(len(primitives))
 algorithms = []
 for col, q in zip(cols, primitives, strict=True):
     options = ["auto", *default_candidates(q)]
-    validated = RUN_BY.get(records_backend(records) or "", {}).get(VALIDATE_ALGORITHMS.get(q, ""),
-                                                                     VALIDATE_ALGORITHMS.get(q))
+    validated = as_run_by(VALIDATE_ALGORITHMS.get(q), records_backend(records))
     default = options.index(validated) if validated in options else 0
     algorithms.append(col.selectbox(f"{q} algorithm", options, index=default, key=f"envs_algo_{q}",
                                     help="auto fits every registered algorithm and keeps the best (AIC); the "

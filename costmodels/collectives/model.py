@@ -148,7 +148,7 @@ class Collective:
         allowed = {p, n, alpha, beta, gamma} | {q.symbol for q in self.params}
         if self.topology == "hierarchical":
             allowed |= {alpha_intra, beta_intra, g, r}
-        extra = (self.expr.free_symbols | sp.sympify(self.serial).free_symbols) - allowed
+        extra = (self.expr.free_symbols | self.serial.free_symbols) - allowed
         if extra:
             raise ValueError(f"{self.name}: expression has undeclared symbols {extra}")
 
@@ -271,7 +271,7 @@ class Collective:
             return None
         d_alpha, d_beta = self._derivative(alpha), self._derivative(beta)
         return (d_alpha, d_beta, args[self._args.index(beta)], link["burst"],
-                self._compile("serial", sp.sympify(self.serial)))
+                self._compile("serial", self.serial))
 
     def time(self, n: Any, p: Any, env: Environment, *, out_of_domain: str = "raise",
              **params: Any) -> Any:

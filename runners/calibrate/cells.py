@@ -144,10 +144,10 @@ def sweep_environment(paths: Sequence[str], records: Sequence[Mapping[str, Any]]
     prims = sorted({str(r["config"]["op"]) for r in colls} & {"allreduce", "allgather", "reduce_scatter"})
     if not prims:
         raise CommscopeError("the collective records hold no allreduce, allgather or reduce_scatter to fit")
-    wanted = [a for a in SWEEP_ALGORITHM.split(",") if a.split("_", 1)[1] in prims]
-    wanted = (fit.as_run_by(",".join(wanted), fit.records_backend(colls)) or "").split(",") if wanted else []
+    wanted = ",".join(a for a in SWEEP_ALGORITHM.split(",") if a.split("_", 1)[1] in prims) or None
     sizes = sorted(int(r["config"]["bytes"]) for r in colls)
-    how = dict(primitive=",".join(prims), algorithm=",".join(wanted) or None, name=name, statistic=SWEEP_STATISTIC)
+    how = dict(primitive=",".join(prims), algorithm=fit.as_run_by(wanted, fit.records_backend(colls)), name=name,
+               statistic=SWEEP_STATISTIC)
     if sizes[0] < fit.LATENCY_BELOW and sizes[-1] >= fit.BANDWIDTH_FROM:
         return fit.fit_two_regimes(list(paths), **how)
     return fit.fit(list(paths), **how)
