@@ -298,6 +298,13 @@ def parse_compressor(spec: str) -> tuple[Compressor, float | None]:
     return entry, entry.resolve(v)
 
 
+def codec_key(spec: str) -> str:
+    """The one name of a compressor and its parameter, under which a profile keeps measured codec times:
+    ``"topk:0.01"``, ``"topk"`` (the default density) -> ``"topk:0.01"``; ``"qsgd:8.0"`` -> ``"qsgd:8"``; ``"fp16"``."""
+    entry, q = parse_compressor(spec)
+    return entry.name if q is None else f"{entry.name}:{q:g}"
+
+
 def compressor(name: str) -> Compressor:
     """The registered compressor called ``name`` (without a parameter)."""
     return COMPRESSORS.get(name)

@@ -88,6 +88,31 @@ SGD reads p and g and writes p (3); SGD with momentum also reads and writes its 
 g, m, v and writes p, m, v (7)."""
 
 
+CODEC_FIELDS = ("encode_s", "decode_s", "ranks")
+"""What ``metadata['codecs']`` holds per compressor (keyed by :func:`costmodels.compression.codec_key`): the
+measured seconds to encode the whole model's gradients and to decode what ``ranks`` ranks sent (a runner's own
+encoder and decoder on this device; see :meth:`costmodels.schedules.core.compress`)."""
+
+
+def _check_codecs(where: str, codecs: object) -> None:
+    """``metadata['codecs']``: {compressor: {encode_s, decode_s >= 0 seconds, ranks: integer >= 1}} or absent."""
+    if codecs is None:
+        return
+    if not isinstance(codecs, Mapping):
+        raise CommscopeError(f"{where}: metadata codecs must be an object (compressor: timings), got {codecs!r}")
+    for spec, entry in codecs.items():
+        if not isinstance(entry, Mapping) or any(k not in entry for k in CODEC_FIELDS):
+            raise CommscopeError(f"{where}: metadata codecs[{spec!r}] needs {', '.join(CODEC_FIELDS)}, got {entry!r}")
+        for key in ("encode_s", "decode_s"):
+            v = entry[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise CommscopeError(f"{where}: metadata codecs[{spec!r}].{key} must be a finite number of seconds "
+                                     f">= 0, got {v!r}")
+        r = entry["ranks"]
+        if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+            raise CommscopeError(f"{where}: metadata codecs[{spec!r}].ranks must be an integer >= 1, got {r!r}")
+
+
 @dataclass(frozen=True)
 class ModelProfile:
     """Layers of a model in forward execution order, with where the numbers came from.
@@ -143,6 +168,7 @@ class ModelProfile:
                                      or not math.isfinite(measured) or measured < 0):
             raise CommscopeError(f"{where}: metadata pass_s_per_byte must be a finite number >= 0 (seconds per "
                                  f"gradient byte of one memory pass), got {measured!r}")
+        _check_codecs(where, self.metadata.get("codecs"))
 
     # ----------------------------------------------------------------- totals
     @property

@@ -256,11 +256,36 @@ def test_cli_profile_writes_profile_and_record(capsys: pytest.CaptureFixture[str
     assert main(["predict", "iteration", "--model", str(out), "-p", "4", "--env", "10GbE", "--json"]) == 0
 
 
+def test_cli_profile_times_the_codecs_asked_for(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # one process: a group of one, the technique's own exchange with its message kept local; the cost models then
+    # price top-k's encode and decode from the profile, not from memory passes
+    out = tmp_path / "mlp.json"
+    code = main(["profile", "--model", "mlp", "--batch-size", "4", "--iterations", "3", "--warmup", "1",
+                 "--threads", "1", "--codecs", "topk,qsgd", "--out", str(out)])
+    text, err = capsys.readouterr()
+    assert code == 0, err
+    prof = cm.load_profile(out)
+    codecs = prof.metadata["codecs"]
+    assert sorted(codecs) == ["qsgd:8", "topk:0.01"] and "codec topk:0.01: encode" in text
+    assert all(c["ranks"] == 1 and c["encode_s"] > 0 and c["decode_s"] > 0 for c in codecs.values())
+    from costmodels.schedules.core import compress
+
+    c = compress(prof, "topk:0.01")
+    assert c.profile.backward_s - prof.backward_s == pytest.approx(codecs["topk:0.01"]["encode_s"])
+    import torch.distributed as dist
+
+    assert not dist.is_initialized()  # the group of one is torn down
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--model", "nope", "--batch-size", "2"], "unknown model 'nope'"),
     (["--model", "mlp", "--batch-size", "0"], "--batch-size must be from 1 to 1,048,576 samples, got 0"),
     (["--model", "mlp", "--batch-size", "2", "--option", "depth=2"], "model mlp has no option depth"),
     (["--model", "mlp", "--batch-size", "2", "--device", "gpu"], "--device must be cpu, cuda or cuda:N"),
+    (["--model", "mlp", "--batch-size", "2", "--codecs", "topk,bsp"],
+     "--codecs takes fp16, powersgd, topk, randomk, dgc, qsgd, terngrad, signsgd, ef_signsgd or all, got bsp"),
+    (["--model", "mlp", "--batch-size", "2", "--codecs", "topk,"], "--codecs must be comma-separated"),
+    (["--model", "mlp", "--batch-size", "2", "--codecs", "all", "--option", "widths=8"], "drop --option or --codecs"),
 ])
 def test_cli_profile_bad_input_is_one_line_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                    argv: list[str], message: str) -> None:

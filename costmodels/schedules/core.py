@@ -292,13 +292,24 @@ COMPRESSED: ContextVar[Compressed | None] = ContextVar("commscope_compressed", d
 
 
 def compress(profile: ModelProfile, spec: str) -> Compressed:
-    """Each layer compressed on its own with the profile's dtype (see :class:`Compressed`)."""
-    from ..compression import parse_compressor
+    """Each layer compressed on its own with the profile's dtype (see :class:`Compressed`).
+
+    Encode and decode are priced by :meth:`Compressor.encode_time` / :meth:`Compressor.decode_time` (memory
+    passes on a reference device), unless the profile measured this compressor's codec on its own device
+    (``metadata['codecs'][codec_key(spec)]``: a runner's encoder and decoder on the model's gradients,
+    ``runners.training.profiler.codecs``). Then the modelled times keep their shape and take the measured totals
+    (derived here): each layer's encode e_l becomes e_l E / sum(e) (by gradient bytes where the model has
+    no encode), and decode(f) = D0 + f (D1 - D0) is scaled by D / decode(f_m), f_m the messages the
+    measurement decoded (its ranks for an all-gather, 1 for an all-reduce): a memory-pass model on a CPU
+    whose encoders are compute-bound (random numbers, top-k selection, index scatter) is off by two orders
+    of magnitude, and the measurement is what the rank really spends.
+    """
+    from ..compression import codec_key, parse_compressor
 
     if not isinstance(profile, ModelProfile):
         raise CommscopeError(f"profile must be a costmodels.ModelProfile, got {type(profile).__name__}")
     entry, q = parse_compressor(spec)
-    layers, parts, decode1, decode0 = [], [], 0.0, 0.0
+    parts, encode, decode1, decode0 = [], [], 0.0, 0.0
     for x in profile.layers:
         elements = max(1, round(x.grad_bytes / DTYPE_BYTES[profile.dtype]))
         args = (elements, q, x.shape, profile.dtype)  # PowerSGD factorises (shape[0], prod(shape[1:]))
@@ -307,13 +318,37 @@ def compress(profile: ModelProfile, spec: str) -> Compressed:
             decode1 += entry.decode_time(*args, fan_in=1)
             decode0 += entry.decode_time(*args, fan_in=0)
         parts.append(sent)
-        e = entry.encode_time(*args) if x.grad_bytes > 0 else 0.0
-        layers.append(replace(x, grad_bytes=float(sum(sent)), backward_s=x.backward_s + e))
+        encode.append(entry.encode_time(*args) if x.grad_bytes > 0 else 0.0)
     meta = {**profile.metadata, "compressor": spec, "uncompressed_grad_bytes": profile.grad_bytes}
+    measured = (profile.metadata.get("codecs") or {}).get(codec_key(spec))
+    if measured is not None:
+        encode, decode1, decode0 = _measured_codec(np.array(encode), np.array(profile.column("grad_bytes")),
+                                                   decode1, decode0, measured, entry.primitive)
+        meta["codec"] = (f"measured: encode {measured['encode_s'] * 1e3:.3g} ms, decode "
+                         f"{measured['decode_s'] * 1e3:.3g} ms on {measured['ranks']} rank(s)")
+    layers = [replace(x, grad_bytes=float(sum(sent)), backward_s=x.backward_s + float(e))
+              for x, sent, e in zip(profile.layers, parts, encode, strict=True)]
     out = replace(profile, layers=tuple(layers), source=f"{profile.source}; compressed with {spec}", metadata=meta)
     wire = out.grad_bytes
     return Compressed(out, entry.primitive, np.array(profile.column("grad_bytes")), np.array(parts, dtype=float),
                       (decode1 - decode0) / wire if wire else 0.0, decode0 / wire if wire else 0.0)
+
+
+def _measured_codec(encode: np.ndarray, grad_bytes: np.ndarray, decode1: float, decode0: float,
+                    measured: Mapping[str, Any], primitive: str) -> tuple[np.ndarray, float, float]:
+    """The modelled per-layer encode and decode(f) = D0 + f (D1 - D0) scaled to a measured codec (see
+    :func:`compress`); returns (encode per layer, D1, D0)."""
+    e_total, d_total = float(measured["encode_s"]), float(measured["decode_s"])
+    modelled = float(encode.sum())
+    if modelled > 0:
+        encode = encode * (e_total / modelled)
+    else:
+        encode = grad_bytes * (e_total / grad_bytes.sum()) if grad_bytes.sum() > 0 else encode
+    f = int(measured["ranks"]) if primitive == "allgather" else 1
+    at_f = decode0 + f * (decode1 - decode0)
+    if at_f <= 0:  # the model decodes nothing: the measured decode is a fixed cost per wire byte
+        return encode, d_total, d_total
+    return encode, decode1 * d_total / at_f, decode0 * d_total / at_f
 
 
 def compressed_profile(profile: ModelProfile, spec: str, p: Any = 1) -> tuple[ModelProfile, Wire]:

@@ -2,12 +2,14 @@
 
     commscope profile --model NAME --batch-size B --out profile.json [--device cpu|cuda|cuda:N]
                       [--iterations 20] [--warmup 3] [--threads N] [--option key=value ...]
-                      [--seed 0] [--raw] [--record results.jsonl] [--json]
+                      [--seed 0] [--raw] [--codecs topk,qsgd,...] [--record results.jsonl] [--json]
 
 Prints one row per parameter tensor (name, parameters, forward ms, backward ms) and the profiler's
 overhead, writes the profile JSON atomically (``cm.load_profile`` and ``commscope predict iteration
 --model FILE`` read it), and with ``--record`` appends a "profile" record to a results file. Options
-are checked before torch is imported; the profile is measured before anything is written.
+are checked before torch is imported; the profile is measured before anything is written. ``--codecs`` also
+times the named compressed techniques' encode and decode on the device (their runners' own code, one process:
+``runners.training.profiler.codecs``), kept in the profile, where the cost models price them from.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ def profile_command(
         "--option", help="model option NAME=VALUE, e.g. widths=512,512 or depth=4 (repeatable)")] = [],  # noqa: B006
     seed: Annotated[int, typer.Option(help="seed of the model's initial weights")] = 0,
     raw: Annotated[bool, typer.Option("--raw", help="keep the hooks' own cost in the reported times")] = False,
+    codecs: Annotated[str | None, typer.Option(
+        help="comma-separated compressed techniques whose encode and decode to time as well (fp16, powersgd, topk, "
+             "randomk, dgc, qsgd, terngrad, signsgd, ef_signsgd), or 'all'")] = None,
     record: Annotated[Path | None, typer.Option(help="append a 'profile' record to this results file")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
@@ -60,15 +65,28 @@ def profile_command(
     if record is not None:
         check_writable(record, "the record", append=True)
     opts = parse_options(option)
+    wanted = _codecs(codecs)
 
     from runners import results as rs
     from runners.training import profiler, zoo
 
     entry = zoo.model(model)  # unknown names and options fail before any work
     entry.options(**opts)
+    if wanted:
+        from runners.training.profiler.codecs import compressed_techniques
+
+        known = compressed_techniques()
+        wanted = known if wanted == ["all"] else wanted
+        bad = [w for w in wanted if w not in known]
+        if bad:
+            raise UsageError(f"--codecs takes {', '.join(known)} or all, got {', '.join(bad)}")
+        if opts:
+            raise UsageError("--codecs times the zoo model with its default options; drop --option or --codecs")
     dev = profiler.resolve_device(device)
     prof = profiler.profile_model(entry.name, batch_size, str(dev), warmup=warmup, iterations=iterations,
                                   threads=threads, seed=seed, correct_overhead=not raw, **opts)
+    if wanted:
+        prof = _with_codecs(prof, wanted, batch_size, dev, iterations, warmup, threads, seed)
     meta = prof.metadata
     entry_record = None
     if record is not None:
@@ -95,6 +113,34 @@ def profile_command(
     _print(prof, written, console())
 
 
+def _codecs(value: str | None) -> list[str]:
+    if value is None:
+        return []
+    names = [v.strip() for v in value.split(",")]
+    if not value.strip() or any(not n for n in names):
+        raise UsageError(f"--codecs must be comma-separated technique names or all, got {value!r}")
+    return names
+
+
+def _with_codecs(prof: Any, wanted: list[str], batch_size: int, dev: Any, iterations: int, warmup: int,
+                 threads: int | None, seed: int) -> Any:
+    """``prof`` with the techniques' measured codecs in its metadata (with the profile's threads)."""
+    import dataclasses
+
+    import torch
+
+    from runners.training.profiler.codecs import measure_codecs
+
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        codecs = measure_codecs(prof.name, batch_size, wanted, dev, iterations, warmup, seed)
+    finally:
+        torch.set_num_threads(before)
+    return dataclasses.replace(prof, metadata={**prof.metadata, "codecs": codecs})
+
+
 def _print(prof: Any, written: dict[str, str], console: Any) -> None:
     from rich.markup import escape
     from rich.table import Table
@@ -110,6 +156,9 @@ def _print(prof: Any, written: dict[str, str], console: Any) -> None:
     table.add_row("total", f"{prof.params:,}", f"{prof.forward_s * 1e3:.4f}", f"{prof.backward_s * 1e3:.4f}")
     console.print(table)
     console.print(escape(describe_overhead(meta["overhead"], meta["iterations"])))
+    for key, c in meta.get("codecs", {}).items():
+        console.print(escape(f"codec {key}: encode {c['encode_s'] * 1e3:.3f} ms, decode {c['decode_s'] * 1e3:.3f} ms "
+                             f"({c['technique']}, {c['how']})"))
     if meta.get("note"):
         console.print(escape(f"note: {meta['note']}"))
     if "profile" in written:

@@ -18,6 +18,21 @@ from costmodels.errors import CommscopeError
 #: wall-clock mean over whole periods, which is what their schedule predicts.
 PERIODIC = {"local_sgd": "H"}
 
+#: Techniques that run plainly for their first iterations (PowerSGD all-reduces uncompressed before
+#: start_powerSGD_iter): the option naming how many. What their schedule predicts is the iteration after.
+STARTS_AFTER = {"powersgd": "start_powerSGD_iter"}
+
+
+def steady_warmup(technique: str, options: Mapping[str, Any], warmup: int) -> int:
+    """At least ``warmup`` untimed iterations, and enough that the timed ones run as the technique's cost model
+    prices it (:data:`STARTS_AFTER`)."""
+    from runners.training import technique as get_technique
+
+    key = STARTS_AFTER.get(technique)
+    if key is None:
+        return warmup
+    return max(warmup, int({**get_technique(technique).options, **options}[key]))
+
 
 def _collective_for(env_meta: Mapping[str, Any]) -> dict[str, str] | None:
     """The fitted algorithm of each primitive (``commscope fit``'s metadata), or None (the cheapest)."""

@@ -107,11 +107,12 @@ def synchronised_compute(ctx: Any, model_name: str, batch_size: int, iterations:
 
 
 def scaled_profile(prof: Any, forward_s: float, backward_s: float, how: str, optimizer_s: float | None = None,
-                   pass_s: float | None = None) -> Any:
+                   pass_s: float | None = None, codecs: dict[str, Any] | None = None) -> Any:
     """``prof`` with its forward and backward columns scaled to sum to ``forward_s`` and ``backward_s``, and
     an optimizer step of ``optimizer_s`` seconds spread over the layers by parameters (none when None), and the
     measured cost of one memory pass over the gradients from ``pass_s`` seconds for all of them (metadata
-    ``pass_s_per_byte``; derived from the step when None)."""
+    ``pass_s_per_byte``; derived from the step when None), and the compressors' measured encode and decode
+    (metadata ``codecs``, :func:`runners.training.profiler.codecs.synchronised_codecs`; none when empty)."""
     import costmodels as cm
 
     kf = forward_s / prof.forward_s if prof.forward_s > 0 else 1.0
@@ -125,6 +126,8 @@ def scaled_profile(prof: Any, forward_s: float, backward_s: float, how: str, opt
         meta["optimizer"] = "sgd"  # the update timed is plain SGD (exact_common.sgd_)
     if pass_s is not None and prof.grad_bytes > 0:  # one averaging pass over every gradient, measured
         meta["pass_s_per_byte"] = pass_s / prof.grad_bytes
+    if codecs:
+        meta["codecs"] = dict(codecs)
     out = cm.ModelProfile(prof.name, layers, prof.device, prof.dtype, prof.batch_size, prof.origin,
                           f"{prof.source}; {how}", meta)
     return out.with_optimizer(optimizer_s) if optimizer_s is not None else out

@@ -160,6 +160,7 @@ def _profile(ctx: Any, plan: dict[str, Any], w: dict[str, Any], threads: int) ->
     import costmodels as cm
     from runners import results
     from runners.training import profiler
+    from runners.training.profiler.codecs import synchronised_codecs
 
     from .compute import mean_profile, scaled_profile, synchronised_compute
 
@@ -171,13 +172,15 @@ def _profile(ctx: Any, plan: dict[str, Any], w: dict[str, Any], threads: int) ->
     ctx.dist.all_gather_object(gathered, mine.to_dict())
     sync_f, sync_b, sync_u, sync_pass = synchronised_compute(ctx, w["model"], w["batch_size"], pr["iterations"],
                                                              pr["warmup"], plan.get("seed", 0), plan.get("lr", 0.05))
+    codecs = synchronised_codecs(ctx, w["model"], w["batch_size"], w["techniques"], pr["iterations"], pr["warmup"],
+                                 plan.get("seed", 0), plan.get("lr", 0.05))
     if ctx.rank == 0:
         prof = mean_profile([cm.ModelProfile.from_dict(d) for d in gathered], ctx.world, threads)
         prof = scaled_profile(prof, sync_f, sync_b, prof.metadata["how"] + "; then scaled to the median over "
                               "iterations of the slowest rank's forward and backward with all ranks in step "
                               "(barrier before each, no communication); the optimizer step is the same median "
                               "of the SGD update, and of the averaging division for the memory-pass cost",
-                              optimizer_s=sync_u, pass_s=sync_pass)
+                              optimizer_s=sync_u, pass_s=sync_pass, codecs=codecs)
         prof.save(w["profile_path"])
         results.append(plan["records"], [results.record(
             "profile", {"model": w["model"], "batch_size": w["batch_size"], "device": str(ctx.device.type),
@@ -188,6 +191,9 @@ def _profile(ctx: Any, plan: dict[str, Any], w: dict[str, Any], threads: int) ->
               f"(slowest of {ctx.world} ranks in step; layer "
               f"shares from all ranks, spread between ranks "
               f"{prof.metadata['rank_spread']:.1%})", flush=True)
+        for key, c in codecs.items():
+            print(f"# codec {key} on {w['model']}: encode {c['encode_s'] * 1e3:.2f} ms, decode "
+                  f"{c['decode_s'] * 1e3:.2f} ms (slowest of {ctx.world} ranks in step)", flush=True)
     ctx.dist.barrier()
 
 
@@ -196,7 +202,7 @@ def _train(ctx: Any, plan: dict[str, Any], w: dict[str, Any], name: str, options
     """Train one technique on one workload on every rank; False (and its error said) when a rank failed."""
     from runners.training import runner as rt
     from runners.training import technique as get_technique
-    from runners.training.pricing import PERIODIC
+    from runners.training.pricing import PERIODIC, steady_warmup
 
     tctx = rt.Context(torch=ctx.torch, dist=ctx.dist, rank=ctx.rank, world=ctx.world, local_world=ctx.local_world,
                       backend=ctx.backend, device=ctx.device, devices=[r["name"] for r in ctx.ranks])
@@ -204,6 +210,7 @@ def _train(ctx: Any, plan: dict[str, Any], w: dict[str, Any], name: str, options
     try:
         iterations, warmup = plan["iterations"], plan["warmup"]
         period = int(options.get("H", get_technique(name).options.get("H", 1))) if name in PERIODIC else 1
+        warmup = steady_warmup(name, options, warmup)  # PowerSGD: past its uncompressed start
         iterations, warmup = -(-iterations // period) * period, -(-warmup // period) * period  # whole periods
         topts = rt.Options(algorithm=name, model=w["model"], iterations=iterations,
                            batch_size=w["batch_size"], lr=plan.get("lr", 0.05), options=dict(options),
