@@ -73,7 +73,11 @@ def test_iteration_time_grows_by_the_measured_codec_on_one_message() -> None:
     env = cm.environment("10GbE")
     one = {"bucket_bytes": 2**60, "first_bucket_bytes": 2**60}
     base = cm.simulate(_two_layers(), env, 2, "fusion", compressor="qsgd:8", **one).iteration_time
-    timed = cm.simulate(_two_layers(codecs), env, 2, "fusion", compressor="qsgd:8", **one).iteration_time
+    result = cm.simulate(_two_layers(codecs), env, 2, "fusion", compressor="qsgd:8", **one)
+    timed = result.iteration_time
+    assert result.details["codec"].startswith("measured: encode 36 ms, decode 99 ms")
+    assert cm.simulate(_two_layers(), env, 2, "fusion", compressor="qsgd:8", **one).details["codec"].startswith(
+        "modelled")
     c0 = compress(_two_layers(), "qsgd:8")
     w = c0.profile.grad_bytes
     modelled = (c0.profile.backward_s - _two_layers().backward_s) + 2 * w * (c0.per_received + c0.fixed / 2)

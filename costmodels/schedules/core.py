@@ -397,4 +397,6 @@ def simulate(profile: ModelProfile, env: Environment, p: int, schedule: str = "w
     compute = profile.compute_s + profile.optimizer_s
     return IterationResult(r.schedule, r.p, r.iteration_time, compute, r.batch_size, r.timeline,
                            {**r.details, "compressor": compressor, "wire_bytes": c.profile.grad_bytes,
-                            "primitive": c.primitive})
+                            "primitive": c.primitive,
+                            "codec": c.profile.metadata.get("codec", "modelled: memory passes on the reference "
+                                                                     "device (costmodels.compression)")})
