@@ -94,6 +94,58 @@ def test_noise_free_data_are_fitted_exactly() -> None:
     assert res.max_rel_error < 1e-9
 
 
+def test_record_se_is_the_standard_error_of_the_statistic_by_hand() -> None:
+    from runners.measure.fit.records import record_se
+
+    rec = {"result": {"time_s": 2.0, "times": [1.0, 3.0, 1.0, 3.0]}}
+    # mean 2, s = sqrt(4 / 3) = 1.154701 (ddof 1), k = 4: s / sqrt(k) / mean = 0.288675; the median's
+    # sqrt(pi / 2) = 1.253314 times that = 0.361801
+    assert record_se(rec, "mean") == pytest.approx(0.288675, rel=1e-5)
+    assert record_se(rec, "median") == pytest.approx(0.361801, rel=1e-5)
+    assert record_se({"result": {"time_s": 2.0}}, "mean") == 0.0  # no times (an import): weighs as before
+
+
+def test_a_record_whose_times_scatter_weighs_less() -> None:
+    # a clean ring sweep at p = 2 (t = 2 alpha + n beta, times steady to 0.1%) plus one 16 MiB record 20% slow
+    # whose 15 calls are bimodal (351 and 523 in 5:10, as gloo's p = 2 all-gather measured): unweighted, the slow
+    # record pulls beta; weighted by tau / sqrt(tau^2 + se^2) (tau = 1%, its se = 4.6%) it counts ~0.21 times
+    sizes = [2**k for k in range(10, 25)]
+    recs = []
+    for n in sizes:
+        t = float(cm.collective("ring_allreduce").time(n, 2, ENV))
+        times = [t * (1 + 0.001 * (-1) ** i) for i in range(15)]
+        recs.append(rs.record("collective", {"op": "allreduce", "bytes": n, "count": n // 4, "dtype": "float32",
+                                             "warmup": 2, "iterations": 15},
+                              {"time_s": t, "times": times, "algbw_GBps": 0.0, "busbw_GBps": 0.0, "wrong": 0},
+                              run_of(2)))
+    n = 2**24
+    t = float(cm.collective("ring_allreduce").time(n, 2, ENV))
+    modes = [351.0] * 5 + [523.0] * 10
+    slow = [x * 1.2 * t / float(np.mean(modes)) for x in modes]  # the two modes, scaled to a mean of 1.2 t
+    recs.append(rs.record("collective", {"op": "allreduce", "bytes": n, "count": n // 4, "dtype": "float32",
+                                         "warmup": 2, "iterations": 15},
+                          {"time_s": float(np.median(slow)), "times": slow, "algbw_GBps": 0.0, "busbw_GBps": 0.0,
+                           "wrong": 0}, run_of(2)))
+    res = fitting.fit(recs, "allreduce", "ring_allreduce", statistic="mean")
+    # the same weighted least squares by hand: rows [2, n] / y scaled by tau / sqrt(tau^2 + se^2)
+    from runners.measure.fit.records import record_se
+
+    y = np.array([float(np.mean(r["result"]["times"])) for r in recs])
+    ns = np.array([float(r["config"]["bytes"]) for r in recs])
+    se = np.array([record_se(r, "mean") for r in recs])
+    assert se[-1] == pytest.approx(float(np.std(slow, ddof=1) / np.sqrt(15) / np.mean(slow)))
+    assert 0.04 < se[-1] < 0.06 and se[:-1].max() < 0.001
+    w = 0.01 / np.sqrt(0.01**2 + se**2) / y
+    alpha, beta = np.linalg.lstsq(np.column_stack([2 * w, ns * w]), y * w, rcond=None)[0]
+    assert res.parameters["alpha"].value == pytest.approx(alpha, rel=1e-6)
+    assert res.parameters["beta"].value == pytest.approx(beta, rel=1e-6)
+    # and it lands near the truth, where equal weights do not
+    assert abs(res.parameters["beta"].value / BETA - 1) < 0.004
+    w0 = 1 / y
+    beta0 = np.linalg.lstsq(np.column_stack([2 * w0, ns * w0]), y * w0, rcond=None)[0][1]
+    assert beta0 / BETA - 1 > 0.009
+
+
 # -------------------------------------------------------------------------------------- auto
 @pytest.mark.parametrize(("generator", "ps"), [
     ("ring_allreduce", (2, 4, 8)),

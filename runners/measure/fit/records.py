@@ -9,6 +9,7 @@ is not identifiable and is set equal to the inter-node one.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -74,6 +75,7 @@ class _Data:
     y: np.ndarray
     runs: list[dict[str, Any]]
     files: list[str | None]
+    se: np.ndarray  # relative standard error of each y (0 where a record has no per-iteration times)
 
 
 STATISTICS = ("median", "mean")
@@ -93,6 +95,18 @@ def record_time(record: dict[str, Any], statistic: str = "median") -> float:
     if statistic == "mean" and isinstance(times, list) and times:
         return float(np.mean(times))
     return float(record["result"]["time_s"])
+
+
+def record_se(record: dict[str, Any], statistic: str = "median") -> float:
+    """The relative standard error of :func:`record_time` from the record's per-iteration ``times``: s / sqrt(k) /
+    mean for the mean, sqrt(pi / 2) times that for the median (its large-sample efficiency under a normal
+    spread); 0 for a record without at least two ``times`` (an imported log), which then weighs as before."""
+    times = record["result"].get("times")
+    if not isinstance(times, list) or len(times) < 2:
+        return 0.0
+    t = np.asarray(times, dtype=np.float64)
+    se = float(t.std(ddof=1) / math.sqrt(len(t)) / t.mean()) if t.mean() > 0 else 0.0
+    return se if statistic == "mean" else se * math.sqrt(math.pi / 2)
 
 
 def _unique(pairs: list[tuple[dict[str, Any], str | None]]) -> tuple[list[tuple[dict[str, Any], str | None]], int]:
@@ -151,7 +165,8 @@ def _select(pairs: list[tuple[dict[str, Any], str | None]], prims: tuple[str, ..
         p=np.array([int(r["run"]["world_size"]) for r, _ in chosen], dtype=np.int64),
         rpn=np.array([int(r["run"]["ranks_per_node"]) for r, _ in chosen], dtype=np.int64),
         y=np.array([record_time(r, statistic) for r, _ in chosen]),
-        runs=[r["run"] for r, _ in chosen], files=[f for _, f in chosen])
+        runs=[r["run"] for r, _ in chosen], files=[f for _, f in chosen],
+        se=np.array([record_se(r, statistic) for r, _ in chosen]))
     return data, notes
 
 
