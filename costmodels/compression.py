@@ -27,8 +27,11 @@ codes, what commscope's runners send; likewise ``ef_signsgd`` and ``terngrad``, 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from .errors import CommscopeError
 from .profiles import DTYPE_BYTES
@@ -303,6 +306,23 @@ def codec_key(spec: str) -> str:
     ``"topk:0.01"``, ``"topk"`` (the default density) -> ``"topk:0.01"``; ``"qsgd:8.0"`` -> ``"qsgd:8"``; ``"fp16"``."""
     entry, q = parse_compressor(spec)
     return entry.name if q is None else f"{entry.name}:{q:g}"
+
+
+def scaled_to_measured(encode: np.ndarray, grad_bytes: np.ndarray, decode1: float, decode0: float,
+                       measured: Mapping[str, Any], primitive: str) -> tuple[np.ndarray, float, float]:
+    """The modelled per-layer encode and decode(f) = D0 + f (D1 - D0) scaled to a measured codec (see
+    :func:`costmodels.schedules.core.compress`); returns (encode per layer, D1, D0)."""
+    e_total, d_total = float(measured["encode_s"]), float(measured["decode_s"])
+    modelled = float(encode.sum())
+    if modelled > 0:
+        encode = encode * (e_total / modelled)
+    else:
+        encode = grad_bytes * (e_total / grad_bytes.sum()) if grad_bytes.sum() > 0 else encode
+    f = int(measured["ranks"]) if primitive == "allgather" else 1
+    at_f = decode0 + f * (decode1 - decode0)
+    if at_f <= 0:  # the model decodes nothing: the measured decode is a fixed cost per wire byte
+        return encode, d_total, d_total
+    return encode, decode1 * d_total / at_f, decode0 * d_total / at_f
 
 
 def compressor(name: str) -> Compressor:

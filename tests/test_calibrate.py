@@ -272,8 +272,9 @@ def test_left_out_predictions_carry_the_delta_method_standard_error(tmp_path):
 
 def test_the_fit_keeps_the_better_of_its_two_starts_on_a_flat_ridge():
     # on the shipped 2.5 Gbit/s run without bsp, kappa_c, kappa_m and o lie on a flat ridge: from the fit on every
-    # technique the solver stops at RSS 0.2930, from the default start it reaches 0.2848. The fit tries both and
-    # keeps the lower, so the start it is given does not decide the left-out prediction
+    # technique the solver stops at RSS 0.2949, from the default start alone at 0.3115 (0.2930 and 0.2848 before
+    # the sweep fit weighed each size by its precision: which start wins depends on the run). The fit tries both
+    # and keeps the lower, so the start it is given does not decide the left-out prediction
     import numpy as np
 
     from runners.calibrate.cells import gather_cells
@@ -286,4 +287,4 @@ def test_the_fit_keeps_the_better_of_its_two_starts_on_a_flat_ridge():
     _, from_default, *_ = _fit(cells, env, TERMS, dict(START))
     rss = float(np.sum(from_ridge**2))
     assert rss <= float(np.sum(from_default**2)) * (1 + 1e-9)
-    assert rss < 0.2875
+    assert rss == pytest.approx(0.2949, abs=5e-4) and float(np.sum(from_default**2)) == pytest.approx(0.3115, abs=5e-4)

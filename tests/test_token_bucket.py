@@ -122,11 +122,15 @@ def test_fit_recovers_alpha_and_beta_of_a_shaped_link() -> None:
 
 @pytest.mark.parametrize("name", ["200mbit", "1gbit-2x2"])
 def test_shipped_emulated_sweeps_fit_beta_at_the_wire(name: str) -> None:
-    # the reference run's fit (tools/repredict_validation.py): beta within 3% of the framing-corrected wire
+    # the reference run's fit (tools/repredict_validation.py): never faster than the framing-corrected wire (the
+    # token bucket is in the model), and within 2% at 200 Mbit/s; the 2 x 2 cluster's 4 ranks on 2 cores run its
+    # large messages slower than the wire: at 16 MiB all-reduce, reduce-scatter and all-gather each imply beta
+    # about 1.02, 1.09 and 1.09 times the wire, at 4 MiB 1.03, 1.04 and 1.04, so a fit that weighs those precise sizes
+    # (runners.measure.fit.least_squares.weights) lands at 1.04
     env = cm.Environment.load(REFERENCE / name / "environment.json")
     net = rs.load(REFERENCE / name / "records.jsonl").of_kind("collective")[0]["run"]["network"]
     assert env.burst_bytes == net["qdisc"]["tbf"]["burst_bytes"]
-    assert 1.0 <= env.beta / net["expected_beta_s_per_byte"] < 1.03
+    assert 1.0 <= env.beta / net["expected_beta_s_per_byte"] < (1.02 if name == "200mbit" else 1.05)
 
 
 def test_burst_bytes_is_validated_and_saved(tmp_path: Path) -> None:

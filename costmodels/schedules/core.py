@@ -304,7 +304,7 @@ def compress(profile: ModelProfile, spec: str) -> Compressed:
     whose encoders are compute-bound (random numbers, top-k selection, index scatter) is off by two orders
     of magnitude, and the measurement is what the rank really spends.
     """
-    from ..compression import codec_key, parse_compressor
+    from ..compression import codec_key, parse_compressor, scaled_to_measured
 
     if not isinstance(profile, ModelProfile):
         raise CommscopeError(f"profile must be a costmodels.ModelProfile, got {type(profile).__name__}")
@@ -322,8 +322,8 @@ def compress(profile: ModelProfile, spec: str) -> Compressed:
     meta = {**profile.metadata, "compressor": spec, "uncompressed_grad_bytes": profile.grad_bytes}
     measured = (profile.metadata.get("codecs") or {}).get(codec_key(spec))
     if measured is not None:
-        encode, decode1, decode0 = _measured_codec(np.array(encode), np.array(profile.column("grad_bytes")),
-                                                   decode1, decode0, measured, entry.primitive)
+        encode, decode1, decode0 = scaled_to_measured(np.array(encode), np.array(profile.column("grad_bytes")),
+                                                      decode1, decode0, measured, entry.primitive)
         meta["codec"] = (f"measured: encode {measured['encode_s'] * 1e3:.3g} ms, decode "
                          f"{measured['decode_s'] * 1e3:.3g} ms on {measured['ranks']} rank(s)")
     layers = [replace(x, grad_bytes=float(sum(sent)), backward_s=x.backward_s + float(e))
@@ -332,23 +332,6 @@ def compress(profile: ModelProfile, spec: str) -> Compressed:
     wire = out.grad_bytes
     return Compressed(out, entry.primitive, np.array(profile.column("grad_bytes")), np.array(parts, dtype=float),
                       (decode1 - decode0) / wire if wire else 0.0, decode0 / wire if wire else 0.0)
-
-
-def _measured_codec(encode: np.ndarray, grad_bytes: np.ndarray, decode1: float, decode0: float,
-                    measured: Mapping[str, Any], primitive: str) -> tuple[np.ndarray, float, float]:
-    """The modelled per-layer encode and decode(f) = D0 + f (D1 - D0) scaled to a measured codec (see
-    :func:`compress`); returns (encode per layer, D1, D0)."""
-    e_total, d_total = float(measured["encode_s"]), float(measured["decode_s"])
-    modelled = float(encode.sum())
-    if modelled > 0:
-        encode = encode * (e_total / modelled)
-    else:
-        encode = grad_bytes * (e_total / grad_bytes.sum()) if grad_bytes.sum() > 0 else encode
-    f = int(measured["ranks"]) if primitive == "allgather" else 1
-    at_f = decode0 + f * (decode1 - decode0)
-    if at_f <= 0:  # the model decodes nothing: the measured decode is a fixed cost per wire byte
-        return encode, d_total, d_total
-    return encode, decode1 * d_total / at_f, decode0 * d_total / at_f
 
 
 def compressed_profile(profile: ModelProfile, spec: str, p: Any = 1) -> tuple[ModelProfile, Wire]:
