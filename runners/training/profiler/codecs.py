@@ -4,7 +4,7 @@ ranks at once, :func:`synchronised_codecs`) and ``commscope profile --codecs`` (
 The cost models price a compressor's encode and decode as memory passes at a reference device's bandwidth
 (:mod:`costmodels.compression`). A CPU rank's encoders are not memory-bound: top-k selection, the random
 numbers of stochastic rounding and index scatters run far below memory bandwidth, and on 23 MB of gradients
-they took 27-146 ms an iteration where the passes price them under a millisecond (the two-rank full suite
+they took 26-146 ms an iteration where the passes price them under a millisecond (the two-rank full suite
 shipped in ``bench/results/validation_2ranks_full`` before this measurement existed). So the profile stage
 measures them, on the runners' own code:
 
