@@ -131,10 +131,9 @@ def _hook_codec(ctx: Any, tech: Any, entry: Any, options: dict[str, Any], batch:
     """
     from costmodels.compression import parse_compressor
     from runners.training import technique as get_technique
-    from runners.training.pricing import schedule_call
+    from runners.training.pricing import schedule_call, steady_warmup
 
-    merged = {**tech.options, **options}
-    warmup = max(warmup, int(merged.get("start_powerSGD_iter", 0)) + 1)
+    warmup = steady_warmup(tech.name, options, warmup)  # past the hook's uncompressed start, as validate trains
     hooked = tech.build(entry.builder(seed=seed).to(ctx.device), lr, local, **options)
     plain = get_technique("fusion").build(entry.builder(seed=seed).to(ctx.device), lr, local)
     diffs = []
@@ -190,7 +189,7 @@ def synchronised_codecs(ctx: Any, model_name: str, batch_size: int, techniques: 
 
 
 def measure_codecs(model_name: str, batch_size: int, techniques: Sequence[str], device: Any, iterations: int,
-                   warmup: int, seed: int = 0, **model_options: Any) -> dict[str, dict[str, Any]]:
+                   warmup: int, seed: int = 0) -> dict[str, dict[str, Any]]:
     """:func:`synchronised_codecs` in this process alone (a one-rank gloo group on a private file store, set up and
     torn down here; refused when this process already belongs to a group)."""
     import tempfile
@@ -201,16 +200,13 @@ def measure_codecs(model_name: str, batch_size: int, techniques: Sequence[str], 
 
     from costmodels.errors import CommscopeError
 
-    if model_options:
-        raise CommscopeError("measuring codecs takes the zoo model with its default options, got "
-                             + ", ".join(f"{k}={v}" for k, v in model_options.items()))
     if dist.is_initialized():
         raise CommscopeError("measuring codecs alone needs a process outside any torch.distributed group")
     picked = measured_techniques([(name, {}) for name in techniques])
     missing = sorted(set(techniques) - {name for name, _, _ in picked})
     if missing:
-        raise CommscopeError(f"codecs are timed for the techniques that compress after backward "
-                             f"({', '.join(compressed_techniques())}), got {', '.join(missing)}")
+        raise CommscopeError(f"codecs are timed for the compressed techniques ({', '.join(compressed_techniques())}), "
+                             f"got {', '.join(missing)}")
     with tempfile.TemporaryDirectory(prefix="commscope-codecs-") as tmp:
         dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=0, world_size=1)
         try:
