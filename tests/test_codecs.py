@@ -153,5 +153,6 @@ def test_synchronised_codecs_time_the_runners_own_encoders(tmp_path: Path) -> No
     for c in out.values():
         assert c["ranks"] == 1 and c["encode_s"] > 0 and c["decode_s"] > 0
     assert "after 10 " in out["powersgd:4"]["how"] and "after 1 " in out["topk:0.01"]["how"]
+    assert "hook clocked" in out["powersgd:4"]["how"]
     # the profile takes them as measured
     _two_layers(out)

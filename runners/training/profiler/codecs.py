@@ -16,9 +16,9 @@ sizes and counts it sees in training, and nothing crosses the network). In ``com
 run at once and start each iteration together (a barrier, outside the timed region), as they share the cores
 while training. The timed compression before the message is the encode, after it the decode; per iteration
 the max over ranks (a synchronous step waits for the slowest), then the median over iterations. DDP
-communication hooks (PowerSGD, fp16) compress inside ``backward`` between their all-reduces, and are timed as
-the difference their step makes over plain DDP on a group of one rank (:func:`_hook_codec`). The profile keeps them
-in ``metadata['codecs']`` (:data:`costmodels.profiles.CODEC_FIELDS`), where :func:`costmodels.schedules.core.
+communication hooks (PowerSGD, fp16) compress inside ``backward`` between their all-reduces, and are timed by
+clocking the hook itself against DDP's all-reduce hook on a group of one rank (:func:`_hook_codec`). The profile
+keeps them in ``metadata['codecs']`` (:data:`costmodels.profiles.CODEC_FIELDS`), where :func:`costmodels.schedules.core.
 compress` takes them in place of the memory passes. Alone (``commscope profile``) the process is a group of one:
 the decode is timed for one message, and the model's shape of decode over messages carries it to p ranks.
 """
@@ -118,32 +118,93 @@ def _exchange_codec(ctx: Any, tech: Any, entry: Any, options: dict[str, Any], ba
     return enc, dec, warmup, "the runner's exchange with local messages"
 
 
+class _HookClock:
+    """A DDP communication hook that adds up, per backward, the seconds from each of its calls to its future's
+    completion (:func:`_hook_codec`); the same signature as the hook it wraps, which DDP checks."""
+
+    def __init__(self, hook: Any, clock: Any) -> None:
+        import inspect
+        import threading
+
+        self.hook, self.clock, self.total, self.lock = hook, clock, 0.0, threading.Lock()
+        self.__name__ = self.__qualname__ = f"{getattr(hook, '__name__', 'hook')}_clocked"
+        self.__signature__ = inspect.signature(hook)
+
+    def __call__(self, state: Any, bucket: Any) -> Any:
+        t0 = self.clock()
+
+        def done(fut: Any) -> Any:
+            with self.lock:  # gloo completes futures on its worker threads
+                self.total += self.clock() - t0
+            return fut.value()
+
+        return self.hook(state, bucket).then(done)
+
+
+def _clocked(factory: type, hook: Any = None) -> type:
+    """``factory`` (a :class:`~runners.training.compressed.ddp_hooks._HookedDDP`) with its hook, or ``hook`` in its
+    place, wrapped in a :class:`_HookClock` kept as ``hook_clock``; inside :class:`~runners.training.compressed.
+    ddp_hooks.BucketsInOrder` where the hook chains its buckets, so a bucket's wait for the one before is not
+    counted."""
+    from runners.training.compressed.ddp_hooks import BucketsInOrder
+
+    def make_hook(self: Any) -> tuple[Any, Any]:
+        state, inner = (self.group, hook) if hook is not None else factory.make_hook(self)
+        if isinstance(inner, BucketsInOrder):
+            inner.hook = self.hook_clock = _HookClock(inner.hook, self.clock)
+            return state, inner
+        self.hook_clock = _HookClock(inner, self.clock)
+        return state, self.hook_clock
+
+    return type(f"Clocked{factory.__name__}", (factory,), {"make_hook": make_hook})
+
+
 def _hook_codec(ctx: Any, tech: Any, entry: Any, options: dict[str, Any], batch: tuple[Any, Any], seed: int,
                 lr: float, iterations: int, warmup: int, local: Any) -> tuple[list[float], list[float], int, str]:
     """Per iteration (encode, decode) seconds of a DDP communication hook (PowerSGD, fp16).
 
-    The hook's compression runs inside ``backward``, between its all-reduces, so it is timed as a difference:
-    the technique's step on a group of this rank alone (its all-reduces then move nothing) minus plain DDP's
-    step (``fusion``, the same buckets) on that group, alternated iteration by iteration, after the hook's own
-    start (``start_powerSGD_iter``: plain all-reduces before it). The difference, at least 0, is split between
-    encode and decode as the cost model splits the hook's work (:meth:`costmodels.compression.Compressor.
-    encode_time` and ``decode_time`` over the model's tensors).
+    The hook's compression runs inside ``backward``, between its all-reduces, on a group of this rank alone (its
+    all-reduces then move nothing), after the hook's own start (``start_powerSGD_iter``: plain all-reduces
+    before it). On CPUs each bucket's hook is clocked from its call to its future's completion (:class:`_HookClock`)
+    and the backward's sum is set against the median of the same sum for DDP's own all-reduce hook
+    (``default_hooks.allreduce_hook``: DDP's plain all-reduce and division, on the same buckets), alternated
+    iteration by iteration. Timing whole steps instead, the hooked minus the plain, let backward's compute noise
+    in: on resnet_small (one rank, 4 samples) differences of 1.5 ms with a spread of 1.2 ms, 2 of 13 negative,
+    where the clocked hooks gave 1.4 ms with a spread of 0.15 ms. On CUDA the clock synchronises the device, which
+    inside a hook would wait for backward's kernels, so there the steps are timed whole. The difference, at least
+    0, is split between encode and decode as the cost model splits the hook's work
+    (:meth:`costmodels.compression.Compressor.encode_time` and ``decode_time`` over the model's tensors).
     """
+    import dataclasses
+    import statistics
+
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
     from costmodels.compression import parse_compressor
-    from runners.training import technique as get_technique
+    from runners.training.compressed.ddp_hooks import _HookedDDP
     from runners.training.pricing import schedule_call, steady_warmup
 
     warmup = steady_warmup(tech.name, options, warmup)  # past the hook's uncompressed start, as validate trains
-    hooked = tech.build(entry.builder(seed=seed).to(ctx.device), lr, local, **options)
-    plain = get_technique("fusion").build(entry.builder(seed=seed).to(ctx.device), lr, local)
-    diffs = []
+    by_hook = ctx.device.type != "cuda"
+    hooked_tech = dataclasses.replace(tech, factory=_clocked(tech.factory)) if by_hook else tech
+    hooked = hooked_tech.build(entry.builder(seed=seed).to(ctx.device), lr, local, **options)
+    plain = _clocked(_HookedDDP, default_hooks.allreduce_hook)(entry.builder(seed=seed).to(ctx.device), lr, local)
+    pairs = []
     for k in range(warmup + iterations):
         times = []
         for trainer in (hooked, plain):
+            if by_hook:
+                trainer.hook_clock.total = 0.0
             ctx.dist.barrier()
-            times.append(trainer.step(batch[0], batch[1], entry.loss_fn).total)
+            total = trainer.step(batch[0], batch[1], entry.loss_fn).total
+            times.append(trainer.hook_clock.total if by_hook else total)
         if k >= warmup:
-            diffs.append(max(0.0, times[0] - times[1]))
+            pairs.append(times)
+    if by_hook:  # the plain hook's median: one slow all-reduce hand-off does not count against one iteration
+        base = statistics.median(t for _, t in pairs)
+        diffs = [max(0.0, t - base) for t, _ in pairs]
+    else:
+        diffs = [max(0.0, t - u) for t, u in pairs]
     spec = schedule_call(tech.name, options)[1]
     assert spec is not None
     c, q = parse_compressor(spec)
@@ -151,9 +212,10 @@ def _hook_codec(ctx: Any, tech: Any, entry: Any, options: dict[str, Any], batch:
     e_model = sum(c.encode_time(d, q, shape) for d, shape in shapes)
     d_model = sum(c.decode_time(d, q, shape, fan_in=ctx.world) for d, shape in shapes)
     share = e_model / (e_model + d_model) if e_model + d_model > 0 else 1.0
+    how = ("each bucket's hook clocked from call to completion, less the median of DDP's all-reduce hook so clocked"
+           if by_hook else "DDP step with the hook minus DDP's step with its all-reduce hook")
     return ([t * share for t in diffs], [t * (1 - share) for t in diffs], warmup,
-            f"DDP step with the hook minus plain DDP on a group of one rank, split {share:.2f} encode as the "
-            f"cost model splits it")
+            f"{how}, on a group of one rank, split {share:.2f} encode as the cost model splits it")
 
 
 def synchronised_codecs(ctx: Any, model_name: str, batch_size: int, techniques: Sequence[tuple[str, dict[str, Any]]],
