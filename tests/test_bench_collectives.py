@@ -60,8 +60,7 @@ def check_sweep(records: list[dict], ops: list[str], sizes: list[int], world: in
         assert r["kind"] == "collective" and r["source"] == "torchrun"
         assert c["bytes"] % (elem * world) == 0 and c["count"] * elem == c["bytes"] and c["dtype"] == dtype
         assert c["check"] and x["checked"] and x["wrong"] == 0, (c["op"], c["bytes"], x["wrong"])
-        # one time per window of back-to-back calls, every timed call in one
-        assert len(x["times"]) == len(x["window_calls"]) and sum(x["window_calls"]) == c["iterations"]
+        assert len(x["times"]) == c["iterations"]
         assert x["time_min_s"] <= x["time_p10_s"] <= x["time_s"] <= x["time_p90_s"] <= max(x["times"])
         assert math.isclose(x["algbw_GBps"], c["bytes"] / x["time_s"] / 1e9)
         assert math.isclose(x["busbw_GBps"], x["algbw_GBps"] * cm.busbw_factor(c["op"], world))
@@ -113,22 +112,9 @@ def test_sizes_round_like_nccl_tests() -> None:
     assert bench.round_size(4096, "float64", 3) == 4080
 
 
-def test_windows_of_back_to_back_calls() -> None:
-    """Timed calls split evenly over at most 10 windows, and over more where an in-place sum would overflow."""
-    from runners.measure.sweep.timing import windows
-
-    assert windows(100, 4) == [10] * 10  # the validation's latency sizes: 10 windows of 10
-    assert windows(15, 2) == [2] * 5 + [1] * 5 and windows(3, 4) == [1, 1, 1] and windows(0, 4) == []
-    # fp16 (65,504) with values up to 7 summed over 4 ranks: 7 * 4^6 = 28,672 fits, 7 * 4^7 does not; the
-    # untimed call counts, so 5 timed calls a window, 20 windows for 100
-    assert windows(100, 4, 65504 / 7) == [5] * 20
-    assert windows(100, 1, 65504 / 7) == [10] * 10  # one rank sums nothing
-    assert windows(7, 300, 65504 / 7) == [1] * 7  # at least one timed call a window
-
-
 def test_measurement_summary_and_wrong_count() -> None:
     """Median / p10 / p90 / min of per-iteration times; the checker counts differing elements only."""
-    m = bench.Measurement([5.0, 1.0, 3.0, 2.0, 4.0], wrong=0, checked=True, window_calls=[1] * 5)
+    m = bench.Measurement([5.0, 1.0, 3.0, 2.0, 4.0], wrong=0, checked=True)
     assert (m.median, m.min, m.p10, m.p90) == (3.0, 1.0, 1.4, 4.6)
     torch = pytest.importorskip("torch")
     ctx = SimpleNamespace(torch=torch, world=4, device=torch.device("cpu"))
