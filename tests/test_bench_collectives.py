@@ -61,6 +61,8 @@ def check_sweep(records: list[dict], ops: list[str], sizes: list[int], world: in
         assert c["bytes"] % (elem * world) == 0 and c["count"] * elem == c["bytes"] and c["dtype"] == dtype
         assert c["check"] and x["checked"] and x["wrong"] == 0, (c["op"], c["bytes"], x["wrong"])
         assert len(x["times"]) == c["iterations"]
+        # CPU ranks: each call's CPU seconds (process time, every thread), mean over ranks; a call takes some
+        assert 0 < x["cpu_s"] < 60 and 0 < x["cpu_mean_s"] < 60
         assert x["time_min_s"] <= x["time_p10_s"] <= x["time_s"] <= x["time_p90_s"] <= max(x["times"])
         assert math.isclose(x["algbw_GBps"], c["bytes"] / x["time_s"] / 1e9)
         assert math.isclose(x["busbw_GBps"], x["algbw_GBps"] * cm.busbw_factor(c["op"], world))

@@ -39,7 +39,8 @@ def result_of(op: str, nbytes: int, world: int, m: Measurement) -> dict[str, Any
     busbw = algbw * float(busbw_factor(op, world)) if world > 1 else 0.0  # one rank moves nothing
     return {"time_s": m.median, "algbw_GBps": algbw, "busbw_GBps": busbw, "wrong": m.wrong, "checked": m.checked,
             "time_min_s": m.min,
-            "time_p10_s": m.p10, "time_p90_s": m.p90, "times": m.times, "nranks": world}
+            "time_p10_s": m.p10, "time_p90_s": m.p90, "times": m.times, "nranks": world,
+            **({} if m.cpu is None else {"cpu_s": m.cpu_median, "cpu_mean_s": float(sum(m.cpu) / len(m.cpu))})}
 
 
 def _plan(ctx: Context, opts: Options, modes: dict[str, tuple[str, str | None]], run: dict[str, Any],
