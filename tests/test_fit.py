@@ -94,6 +94,25 @@ def test_noise_free_data_are_fitted_exactly() -> None:
     assert res.max_rel_error < 1e-9
 
 
+def test_cpu_per_step_and_per_byte_recovered_by_hand() -> None:
+    """cpu = c_step S + c_byte W (runners.measure.fit.cpu). Ring all-reduce: S = 2 (p - 1) steps and
+    W = 2 (p - 1) / p n bytes, so at p = 4 a 1 KiB call with c_step = 150 us and c_byte = 0.4 ns/B costs
+    6 x 150 us + 1.5 x 1024 x 0.4 ns = 900 us + 0.61 us, and a 16 MiB one 900 us + 10.07 ms."""
+    records = synth("ring_allreduce", ps=(4,), reps=1, noise=0.0)
+    for r in records:
+        n = r["config"]["bytes"]
+        r["result"]["cpu_s"] = 6 * 150e-6 + 1.5 * n * 0.4e-9
+    assert abs(6 * 150e-6 + 1.5 * 16 * 2**20 * 0.4e-9 - (900e-6 + 10.066e-3)) < 1e-6  # the docstring's arithmetic
+    cpu = fitting.fit(records, "allreduce", "ring_allreduce").metadata()["cpu"]
+    assert cpu["records"] == len(records) and cpu["rms_rel_error"] < 1e-9
+    assert cpu["s_per_step"] == pytest.approx(150e-6, rel=1e-9) and cpu["s_per_byte"] == pytest.approx(0.4e-9, rel=1e-9)
+    # without CPU times (imports, GPU sweeps) the fit says nothing about the CPU
+    assert "cpu" not in fitting.fit(synth("ring_allreduce"), "allreduce", "ring_allreduce").metadata()
+    # the two-regime fit (validate's) carries it too
+    two = fitting.fit_two_regimes(records, "allreduce", "ring_allreduce").metadata()["cpu"]
+    assert two["s_per_step"] == pytest.approx(150e-6, rel=1e-6)
+
+
 def test_record_se_is_the_standard_error_of_the_statistic_by_hand() -> None:
     from runners.measure.fit.records import record_se
 
@@ -382,6 +401,12 @@ def test_cli_text_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     for text in ("alpha", " us", "ns/B", "GB/s", "95% CI", "not identifiable", "R^2", "residuals", "rel. error",
                  "ranked by AIC", "rabenseifner_allreduce", "explains the data best", "below the minimum size"):
         assert text in out, text
+    assert "CPU per rank" not in out  # these records carry no CPU times
+    records = synth("ring_allreduce", ps=(4,), reps=1, noise=0.0)
+    for r in records:  # 150 us per step, 0.4 ns/B: at alpha = 30 us a step keeps 500% of a core busy (implausible
+        r["result"]["cpu_s"] = 6 * 150e-6 + 1.5 * r["config"]["bytes"] * 0.4e-9  # but the arithmetic is the point)
+    code, out, _ = cli(capsys, "fit", str(write(tmp_path / "c.jsonl", records)), "--algorithm", "ring_allreduce")
+    assert code == 0 and "CPU per rank: 150 us per step + 0.4 ns per byte" in out and "500% of a core" in out
 
 
 def test_a_failing_fit_leaves_the_environment_file_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -144,6 +144,12 @@ def fit_command(
     out_console.print(f"R^2 = {res.r2:.6f} on times, {res.r2_log:.6f} on log times; relative error: RMS "
                   f"{res.rms_rel_error:.2%}, median {res.median_rel_error:.2%}, max {res.max_rel_error:.2%}; "
                   f"condition number {res.condition_number:.3g}")
+    if res.cpu:
+        cpu, alpha = res.cpu, res.environment.alpha
+        busy = f"; a latency-bound step keeps {cpu['s_per_step'] / alpha:.0%} of a core busy per rank" if alpha else ""
+        out_console.print(escape(f"CPU per rank: {cpu['s_per_step'] * 1e6:.3g} us per step + "
+                                 f"{cpu['s_per_byte'] * 1e9:.3g} ns per byte (RMS relative error "
+                                 f"{cpu['rms_rel_error']:.1%} over {cpu['records']} records){busy}"))
     rows = _residual_rows(res.residuals)
     resid = Table("primitive", "p", "size", "bytes", "records", "measured (us)", "predicted (us)", "rel. error",
                   title="residuals (median over repeated records)")

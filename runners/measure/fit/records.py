@@ -76,6 +76,7 @@ class _Data:
     runs: list[dict[str, Any]]
     files: list[str | None]
     se: np.ndarray  # relative standard error of each y (0 where a record has no per-iteration times)
+    cpu: np.ndarray | None = None  # CPU seconds per call of each record, mean over ranks (NaN where not measured)
 
 
 STATISTICS = ("median", "mean")
@@ -95,6 +96,14 @@ def record_time(record: dict[str, Any], statistic: str = "median") -> float:
     if statistic == "mean" and isinstance(times, list) and times:
         return float(np.mean(times))
     return float(record["result"]["time_s"])
+
+
+def record_cpu(record: dict[str, Any], statistic: str = "median") -> float:
+    """A collective record's CPU seconds per call (``cpu_s``, or ``cpu_mean_s`` for the mean; sweeps on CPU ranks
+    keep them), NaN where it has none."""
+    value = record["result"].get("cpu_mean_s" if statistic == "mean" else "cpu_s")
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    return float(value) if ok else math.nan
 
 
 def record_se(record: dict[str, Any], statistic: str = "median") -> float:
@@ -166,7 +175,8 @@ def _select(pairs: list[tuple[dict[str, Any], str | None]], prims: tuple[str, ..
         rpn=np.array([int(r["run"]["ranks_per_node"]) for r, _ in chosen], dtype=np.int64),
         y=np.array([record_time(r, statistic) for r, _ in chosen]),
         runs=[r["run"] for r, _ in chosen], files=[f for _, f in chosen],
-        se=np.array([record_se(r, statistic) for r, _ in chosen]))
+        se=np.array([record_se(r, statistic) for r, _ in chosen]),
+        cpu=np.array([record_cpu(r, statistic) for r, _ in chosen], dtype=np.float64))
     return data, notes
 
 

@@ -87,6 +87,7 @@ class FitResult:
     run: dict[str, Any] = field(default_factory=dict)
     min_bytes: int = 0
     verdict: str = ""
+    cpu: dict[str, Any] | None = None  # CPU seconds per step and per byte (runners.measure.fit.cpu)
 
     @property
     def algorithm(self) -> str:
@@ -115,6 +116,7 @@ class FitResult:
             "ranks_per_node": self.ranks_per_node, "world_sizes": self.world_sizes, "network": self.network,
             "ranking": [c.to_dict() for c in self.ranking] if len(self.ranking) > 1 else [],
             "verdict": self.verdict, "notes": list(self.notes),
+            **({} if self.cpu is None else {"cpu": dict(self.cpu)}),
         })
 
     def to_dict(self) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import costmodels as cm
 from costmodels.analysis import default_candidates
 from costmodels.errors import CommscopeError
 
+from .cpu import fit_cpu
 from .identify import _SkipError
 from .least_squares import _env, _Fit, _fit_one
 from .records import STATISTICS, _Data, _gather, _layout, _primitives, _select
@@ -227,7 +228,7 @@ def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: s
                    for q, n_, p_, r_, m_, t_, e_ in zip(d.prim, d.n, d.p, d.rpn, d.y, pred, best.rel, strict=True)],
         ranking=ranking if len(combos) > 1 else [], files=files, notes=notes, bad=bad, two_level=g > 1,
         ranks_per_node=g, world_sizes=sorted(set(d.p.tolist())), network=network, run=_run_info(d, g),
-        min_bytes=min_b, verdict=verdict)
+        min_bytes=min_b, verdict=verdict, cpu=fit_cpu(d, best.algos, best.theta, g))
     env = _env(best.theta, g, burst)
     description = (f"{res.algorithm} fitted to {res.records} {'/'.join(present)} record(s) of {stems} "
                    f"(p = {', '.join(map(str, res.world_sizes))}): RMS relative error {res.rms_rel_error:.2%}, "

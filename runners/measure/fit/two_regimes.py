@@ -10,6 +10,7 @@ import numpy as np
 import costmodels as cm
 from costmodels.errors import CommscopeError
 
+from .cpu import fit_cpu, theta_of
 from .least_squares import _predict
 from .records import _gather, _primitives, _select
 from .result import METHOD, FitResult
@@ -71,7 +72,8 @@ def fit_two_regimes(records: Any, primitive: str | Sequence[str] = "allreduce",
                     median_rel_error=float(np.median(abs_rel)), max_rel_error=float(abs_rel.max()), aic=bw.aic,
                     condition_number=bw.condition_number, residuals=residuals, ranking=[], files=bw.files,
                     notes=[*bw.notes, note], bad=bw.bad, two_level=bw.two_level, ranks_per_node=bw.ranks_per_node,
-                    world_sizes=bw.world_sizes, network=bw.network, run=bw.run, min_bytes=0, verdict=note)
+                    world_sizes=bw.world_sizes, network=bw.network, run=bw.run, min_bytes=0, verdict=note,
+                    cpu=fit_cpu(d, bw.algorithms, theta_of(env), bw.ranks_per_node))
     meta = out.metadata()
     meta["method"] = f"{METHOD}; {note}"
     out.environment = env.with_(metadata=meta, description=f"{bw.algorithm} fitted in two regimes: {note}")
