@@ -181,6 +181,7 @@ def _hook_codec(ctx: Any, tech: Any, entry: Any, options: dict[str, Any], batch:
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     from costmodels.compression import parse_compressor
+    from runners.training import technique as get_technique
     from runners.training.compressed.ddp_hooks import _HookedDDP
     from runners.training.pricing import schedule_call, steady_warmup
 
@@ -188,7 +189,10 @@ def _hook_codec(ctx: Any, tech: Any, entry: Any, options: dict[str, Any], batch:
     by_hook = ctx.device.type != "cuda"
     hooked_tech = dataclasses.replace(tech, factory=_clocked(tech.factory)) if by_hook else tech
     hooked = hooked_tech.build(entry.builder(seed=seed).to(ctx.device), lr, local, **options)
-    plain = _clocked(_HookedDDP, default_hooks.allreduce_hook)(entry.builder(seed=seed).to(ctx.device), lr, local)
+    if by_hook:
+        plain = _clocked(_HookedDDP, default_hooks.allreduce_hook)(entry.builder(seed=seed).to(ctx.device), lr, local)
+    else:  # no clock inside a hook on CUDA: plain DDP (fusion, the same buckets) timed by whole steps
+        plain = get_technique("fusion").build(entry.builder(seed=seed).to(ctx.device), lr, local)
     pairs = []
     for k in range(warmup + iterations):
         times = []
