@@ -169,8 +169,10 @@ def _hook_codec(ctx: Any, tech: Any, entry: Any, options: dict[str, Any], batch:
     and the backward's sum is set against the median of the same sum for DDP's own all-reduce hook
     (``default_hooks.allreduce_hook``: DDP's plain all-reduce and division, on the same buckets), alternated
     iteration by iteration. Timing whole steps instead, the hooked minus the plain, let backward's compute noise
-    in: on resnet_small (one rank, 4 samples) differences of 1.5 ms with a spread of 1.2 ms, 2 of 13 negative,
-    where the clocked hooks gave 1.4 ms with a spread of 0.15 ms. On CUDA the clock synchronises the device, which
+    in: on resnet_small (one rank, 4 samples, three runs, 13 iterations each) step differences of 1.7, 6.2 and
+    6.8 ms had standard deviations of 1.3, 1.2 and 1.6 ms (2 of 13 negative in the first run, whose steps were
+    2.5 times shorter); the clocked hooks' differences, 1.4, 5.6 and 6.5 ms, had 0.8, 0.8 and 0.7 ms. On CUDA
+    the clock synchronises the device, which
     inside a hook would wait for backward's kernels, so there the steps are timed whole. The difference, at least
     0, is split between encode and decode as the cost model splits the hook's work
     (:meth:`costmodels.compression.Compressor.encode_time` and ``decode_time`` over the model's tensors).
