@@ -287,7 +287,13 @@ def test_validate_end_to_end_on_the_host(tmp_path) -> None:
     assert prof.metadata["optimizer"] == "sgd" and prof.metadata["pass_s_per_byte"] > 0
     assert prof.pass_s_per_byte == prof.metadata["pass_s_per_byte"]
     kinds = [r["kind"] for r in results.load(tmp_path / "host" / "records.jsonl").records]
-    assert kinds.count("iteration") == 12 and "environment" in kinds and kinds.count("profile") == 2
+    # each model's profile, then the same rescaled to the median of it and a probe before each of the 6 runs
+    assert kinds.count("iteration") == 12 and "environment" in kinds and kinds.count("profile") == 4
+    probes = prof.metadata["compute_probes_s"]
+    assert len(probes) == 7 and prof.metadata["compute_probe_spread"] >= 0
+    assert prof.forward_s + prof.backward_s == pytest.approx(float(np.median([f + b for f, b, _, _ in probes])),
+                                                             rel=0.35)
+    assert prof.forward_s == pytest.approx(float(np.median([f for f, _, _, _ in probes])))
 
 
 def test_fused_compressed_techniques_are_one_message_after_backward() -> None:

@@ -158,8 +158,8 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
              PREDICTIONS_NOTE,
              "compute: profiled inside the distributed run, on all ranks at once with the same threads per rank "
              "(each rank's per-layer medians scaled to its unhooked forward and backward, then the mean over ranks, "
-             "then to the slowest rank's forward and backward with all ranks in step); the optimizer step is the "
-             "SGD update timed the same way",
+             "then to the slowest rank's forward plus backward with all ranks in step, the median of one such "
+             "measurement before each technique's run); the optimizer step is the SGD update timed the same way",
              "environment: fitted to the mean per-iteration times of this run's own sweep of "
              + ", ".join(s.sweep_ops) + " in two regimes (Hockney): alpha from the sizes below 64 KiB, beta and "
              "gamma from those from 256 KiB"]

@@ -14,7 +14,8 @@ One process group does, in order, and appends every record to the plan's ``recor
    mean over ranks gives each layer's share, and the totals are those of synchronised compute-only
    iterations, max over ranks (:func:`runners.validate.compute.synchronised_compute`): what a synchronous
    iteration waits for;
-4. **train**: each technique of the plan, warm-up then timed iterations (``runners.training.runner.train``).
+4. **train**: each technique of the plan, warm-up then timed iterations (``runners.training.runner.train``),
+   each after a short probe of the synchronised compute; the profile is then rescaled to the median of the probes.
 
 Steps 3 and 4 run for every workload (model, batch size) of the plan in turn, and step 4 ``repeats`` times
 with the techniques in rotated order, so that the spread over repetitions is measured and any drift of
@@ -142,21 +143,81 @@ def run(ctx: Any, plan: dict[str, Any]) -> int:
     for w in workloads:
         _say(ctx, f"{PROGRESS}stage {stage}/{stages}: profile {w['model']} (all ranks at once)")
         stage += 1
-        _profile(ctx, plan, w, threads)
+        probes = [_profile(ctx, plan, w, threads)]
         for r in range(repeats):
             order = w["techniques"][r % len(w["techniques"]):] + w["techniques"][:r % len(w["techniques"])]
             for name, options in order:  # rotated per repetition, so that drift spreads over all techniques
                 _say(ctx, f"{PROGRESS}stage {stage}/{stages}: train {name} on {w['model']}"
                           + (f" (repetition {r + 1}/{repeats})" if repeats > 1 else ""))
                 stage += 1
+                probes.append(_probe(ctx, plan, w))
                 if not _train(ctx, plan, w, name, options, threads, records):
                     failed.append(f"{name}:{w['model']}" if len(workloads) > 1 else name)
+        _settle_profile(ctx, plan, w, probes)
     _say(ctx, f"{PROGRESS}done" + (f" ({len(failed)} failed: {', '.join(failed)})" if failed else ""))
     return 1 if failed else 0
 
 
-def _profile(ctx: Any, plan: dict[str, Any], w: dict[str, Any], threads: int) -> None:
-    """Profile one workload on all ranks at once; rank 0 saves it and appends its profile record."""
+def _probe(ctx: Any, plan: dict[str, Any], w: dict[str, Any]) -> tuple[float, float, float, float]:
+    """The synchronised compute (:func:`runners.validate.compute.synchronised_compute`) measured again, in a few
+    iterations, just before a technique trains: the compute the iterations around it ran at."""
+    from .compute import synchronised_compute
+
+    pr = plan["profile"]
+    return synchronised_compute(ctx, w["model"], w["batch_size"], int(pr.get("probe_iterations", 5)), 1,
+                                plan.get("seed", 0), plan.get("lr", 0.05))
+
+
+def _settle_profile(ctx: Any, plan: dict[str, Any], w: dict[str, Any],
+                    probes: list[tuple[float, float, float, float]]) -> None:
+    """Rank 0 rescales the saved profile to the median of every probe of the workload (the profile's own
+    synchronised compute and one before each technique's run), saves it and appends it as the workload's last
+    profile record, which predictions and ``commscope calibrate`` use.
+
+    Why (measured): the host's speed drifts. In a four-rank run on 2500 Mbit/s links the one profile, taken before
+    the techniques, found resnet_small's compute 15% faster (89 ms) than on the two other links (104-105 ms), while
+    that run's local SGD, which hardly communicates, trained at 105 ms as on the others; every technique of that cell
+    was then predicted 15-28% fast. Probes of 10 iterations taken back to back spread over 113-139 ms. The median of
+    one probe per technique run samples the same hours as the runs it predicts.
+    """
+    import dataclasses
+
+    import numpy as np
+
+    import costmodels as cm
+    from runners import results
+
+    from .compute import scaled_profile
+
+    if ctx.rank == 0 and len(probes) > 1:
+        prof = cm.load_profile(w["profile_path"])
+        arr = np.array(probes, dtype=float)
+        f, b, u, a = (float(v) for v in np.median(arr, axis=0))
+        totals = arr[:, 0] + arr[:, 1]
+        lo, hi = np.percentile(totals, [10, 90])
+        kept = {k: prof.metadata[k] for k in ("mean_rank_forward_s", "mean_rank_backward_s") if k in prof.metadata}
+        how = (f"{prof.metadata.get('how', '')}; then rescaled to the median of {len(probes)} such measurements, "
+               "the profile's and one before each technique's run")
+        prof = scaled_profile(prof, f, b, how, optimizer_s=u, pass_s=a, codecs=prof.metadata.get("codecs"))
+        meta = dict(prof.metadata)
+        meta.update(kept)
+        meta["compute_probes_s"] = [[round(x, 9) for x in row] for row in probes]
+        meta["compute_probe_spread"] = float(0.5 * (hi - lo) / np.median(totals))
+        prof = dataclasses.replace(prof, metadata=meta)
+        prof.save(w["profile_path"])
+        results.append(plan["records"], [results.record(
+            "profile", {"model": w["model"], "batch_size": w["batch_size"], "device": str(ctx.device.type),
+                        "threads": int(plan.get("threads", 1)), "concurrent_ranks": ctx.world,
+                        "probes": len(probes)},
+            prof.to_dict(), ctx.run_info(), "commscope validate")])
+        print(f"# compute of {w['model']} over {len(probes)} probes: forward + backward median {(f + b) * 1e3:.2f} ms "
+              f"(10-90%: {lo * 1e3:.2f}-{hi * 1e3:.2f} ms; the profile alone {totals[0] * 1e3:.2f} ms)", flush=True)
+    ctx.dist.barrier()
+
+
+def _profile(ctx: Any, plan: dict[str, Any], w: dict[str, Any], threads: int) -> tuple[float, float, float, float]:
+    """Profile one workload on all ranks at once; rank 0 saves it and appends its profile record. Returns the
+    synchronised compute measured (forward, backward, optimizer step, averaging pass)."""
     import costmodels as cm
     from runners import results
     from runners.training import profiler
@@ -195,6 +256,7 @@ def _profile(ctx: Any, plan: dict[str, Any], w: dict[str, Any], threads: int) ->
             print(f"# codec {key} on {w['model']}: encode {c['encode_s'] * 1e3:.2f} ms, decode "
                   f"{c['decode_s'] * 1e3:.2f} ms (slowest of {ctx.world} ranks in step)", flush=True)
     ctx.dist.barrier()
+    return sync_f, sync_b, sync_u, sync_pass
 
 
 def _train(ctx: Any, plan: dict[str, Any], w: dict[str, Any], name: str, options: dict[str, Any], threads: int,
