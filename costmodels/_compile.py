@@ -68,7 +68,9 @@ def compile_expr(expr: sp.Expr, size: sp.Symbol, args: Sequence[sp.Symbol]) -> C
     if not isinstance(expr, sp.Expr):
         raise TypeError(f"expected a sympy expression, got {type(expr).__name__}")
     slope = sp.diff(expr, size)
-    affine = not slope.has(size) and not expr.has(sp.Derivative)
+    # a Piecewise whose conditions test size (a step in size) has slope 0 on every piece but is not affine
+    steps = any(any(cond.has(size) for _, cond in pw.args) for pw in expr.atoms(sp.Piecewise))
+    affine = not slope.has(size) and not expr.has(sp.Derivative) and not steps
     if affine:  # d expr / d size is free of size, so expr = intercept + slope * size exactly
         intercept = _fewest_array_ops(expr.subs(size, 0))
         slope = _fewest_array_ops(slope)

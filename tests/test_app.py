@@ -247,7 +247,7 @@ def test_figure_draws_the_bands_and_the_library_curve() -> None:
 
 def test_page_draws_the_library_choice(page: AppTest) -> None:
     spec = _chart(page)  # 10GbE: gloo, one ring whatever the size
-    assert "library: gloo" in _names(spec) and _bands(spec) == ["ring_allreduce"]
+    assert "library: gloo" in _names(spec) and _bands(spec) == ["gloo_ring_allreduce"]
     page.selectbox(key="coll_library").set_value("nccl").run()
     assert not page.exception, page.exception
     spec = _chart(page)

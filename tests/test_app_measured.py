@@ -315,22 +315,22 @@ def test_measured_controls_change_a_chart(measured: AppTest, change) -> None:
 
 
 def test_measured_page_shows_either_shipped_run(measured: AppTest) -> None:
-    # the fastest technique predicted right per (environment, model) cell: 2 / 3 / 3 of 6 on the first run, 5 / 3 / 5
-    # on the second, 5 / 4 / 5 on the third (bench/bench_validation.py reports the same)
+    # the fastest technique predicted right per (environment, model) cell: 3 / 4 / 4 of 6 on the first run, 5 / 5 / 5
+    # on the second, 5 / 6 / 5 on the third (bench/bench_validation.py reports the same)
     def right() -> dict[str, str]:
         return {m.label.split(", ", 1)[1]: m.value for m in measured.metric}
 
-    assert right() == {"(a) sweep only": "2 of 6", "(b) calibrated, technique left out": "3 of 6",
-                       "(c) shipped defaults": "3 of 6"}
+    assert right() == {"(a) sweep only": "3 of 6", "(b) calibrated, technique left out": "4 of 6",
+                       "(c) shipped defaults": "4 of 6"}
     measured.radio(key="meas_run").set_value("validation-rerun").run()
     assert not measured.exception, measured.exception
-    assert right() == {"(a) sweep only": "5 of 6", "(b) calibrated, technique left out": "3 of 6",
+    assert right() == {"(a) sweep only": "5 of 6", "(b) calibrated, technique left out": "5 of 6",
                        "(c) shipped defaults": "5 of 6"} and len(measured.metric) == 3
-    assert {w.value.split("**")[1] for w in measured.warning} == {"fitted:200mbit", "fitted:2500mbit",
-                                                                  "fitted:1gbit-2x2"}
+    # its fits are within the 15% RMS guard since gloo's ring allreduce prices the 16 B calls (9.1-14.2%)
+    assert {w.value.split("**")[1] for w in measured.warning} == set()
     measured.radio(key="meas_run").set_value("validation-run3").run()
     assert not measured.exception, measured.exception
-    assert right() == {"(a) sweep only": "5 of 6", "(b) calibrated, technique left out": "4 of 6",
+    assert right() == {"(a) sweep only": "5 of 6", "(b) calibrated, technique left out": "6 of 6",
                        "(c) shipped defaults": "5 of 6"}
     measured.radio(key="meas_predictions").set_value("sidebar").run()  # its records predicted again
     assert not measured.exception, measured.exception
@@ -408,7 +408,7 @@ def test_environments_page_with_an_upload(environments: AppTest) -> None:
     assert len(environments.get("plotly_chart")) == 2
     # the guards, each naming its number (the token bucket is in the model: no beta faster than the wire)
     warned = [w.value for w in environments.warning]
-    assert all(w.startswith("Fit **") for w in warned) and any("RMS relative error 23.4% is above 15%" in w
+    assert all(w.startswith("Fit **") for w in warned) and any("RMS relative error 19.8% is above 15%" in w
                                                                for w in warned)
     # gamma did not earn its parameter (nested models): fixed at 0 with the reason, so no interval to warn of
     assert not any("gamma's 95% confidence interval" in w for w in warned)
@@ -451,7 +451,7 @@ def test_environments_page_two_regime_fit() -> None:
     # records' backend), auto reduce-scatter
     assert at.radio(key="envs_method").value == "two"
     assert [at.selectbox(key=f"envs_algo_{q}").value for q in ("allreduce", "allgather", "reduce_scatter")] == [
-        "ring_allreduce", "gloo_ring_allgather", "auto"]
+        "gloo_ring_allreduce", "gloo_ring_allgather", "auto"]
     assert at.radio(key="envs_gamma").disabled and at.select_slider(key="envs_min_bytes").disabled
 
     def texts() -> list[str]:

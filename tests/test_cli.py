@@ -191,7 +191,7 @@ def test_predict_auto_shows_the_library_choice(capsys: pytest.CaptureFixture[str
                                                                              ("nccl", "ring", "Simple")]
     assert rows[0]["time_s"] == pytest.approx(15.0e-6, rel=1e-4) and rows[1]["channels"] == 12
     gloo = predict_json(capsys, "-a", "auto", "--env", "NVLink-A100", "--library", "gloo", "-p", "8", "-s", "1M")
-    assert gloo["results"][0]["algorithm"] == "ring_allreduce" and gloo["environment"]["library"] == "gloo"
+    assert gloo["results"][0]["algorithm"] == "gloo_ring_allreduce" and gloo["environment"]["library"] == "gloo"
 
 
 def test_predict_library_errors(capsys: pytest.CaptureFixture[str]) -> None:

@@ -176,7 +176,9 @@ def test_auto_picks_the_generating_algorithm(generator: str, ps: tuple[int, ...]
     res = fitting.fit(synth(generator, ps=ps, reps=3), "allreduce", "auto")
     assert res.algorithm == generator
     assert res.ranking[0].algorithm == generator and res.ranking[0].note == "best"
-    assert res.ranking[1].delta_aic > 10  # type: ignore[operator]  # clearly better than the next one
+    # clearly better than the next one (gloo's ring is the textbook ring from 2p elements up: a twin here)
+    nxt = next(c for c in res.ranking[1:] if {generator, c.algorithm} != {"ring_allreduce", "gloo_ring_allreduce"})
+    assert nxt.delta_aic > 10  # type: ignore[operator]
     assert res.verdict.startswith(f"{generator} explains the data best")
     assert abs(res.parameters["alpha"].value / ALPHA - 1) < 0.03
     assert abs(res.parameters["beta"].value / BETA - 1) < 0.03
@@ -503,7 +505,7 @@ def test_gloo_records_are_fitted_with_the_allgather_gloo_runs() -> None:
                                                                           noise=0.0)
     assert fitting.records_backend(recs) == "gloo"
     textbook = "ring_allreduce,ring_allgather"
-    assert fitting.as_run_by(textbook, "gloo") == "ring_allreduce,gloo_ring_allgather"
+    assert fitting.as_run_by(textbook, "gloo") == "gloo_ring_allreduce,gloo_ring_allgather"
     assert fitting.as_run_by(textbook, "nccl") == textbook and fitting.as_run_by(None, "gloo") is None
     assert fitting.as_run_by("auto", "gloo") == "auto"
     right = fitting.fit(recs, "allreduce,allgather", fitting.as_run_by(textbook, "gloo"))

@@ -145,12 +145,30 @@ def test_nvls_graph_channel_speed_follows_nccls_search() -> None:
 def test_gloo_runs_one_algorithm_per_primitive() -> None:
     env = cm.environment("10GbE")
     sizes = 2.0 ** np.arange(0, 30)
-    for primitive, algorithm in (("allreduce", "ring_allreduce"), ("reduce_scatter", "allreduce_reduce_scatter"),
+    for primitive, algorithm in (("allreduce", "gloo_ring_allreduce"), ("reduce_scatter", "allreduce_reduce_scatter"),
                                  ("allgather", "gloo_ring_allgather"), ("broadcast", "binomial_broadcast"),
                                  ("reduce", "ring_reduce")):
         c = cm.choose(primitive, sizes, 6, env)
         assert set(c.algorithm) == {algorithm}, primitive
         assert np.array_equal(c.time, cm.collective(algorithm).time(sizes, 6, env))
+
+
+def test_gloo_ring_allreduce_halves_the_latency_below_2p_elements() -> None:
+    # gloo allreduce.cc: at least 2p segments, two in flight per step, empty ones skipped. At p = 4 a buffer
+    # below 2p = 8 float32 elements (32 B) carries one segment per step: alpha = 1 ms, beta = 1 ns/B:
+    # 16 B: 6 x 1 ms x 1/2 + 2 x 3/4 x 16 ns = 3.000024 ms; 32 B: 6 ms + 48 ns = 6.000048 ms; at 1 MiB the ring's own
+    # 6 ms + 1.5 x 1048576 ns = 7.572864 ms
+    env = cm.Environment(alpha=1e-3, beta=1e-9, gamma=0.0)
+    g = cm.collective("gloo_ring_allreduce")
+    assert g.time(16, 4, env) == pytest.approx(3.000024e-3, rel=1e-12)
+    assert g.time(32, 4, env) == pytest.approx(6.000048e-3, rel=1e-12)
+    assert g.time(2**20, 4, env) == pytest.approx(7.572864e-3, rel=1e-12)
+    n = np.array([16.0, 31.0, 32.0, 4096.0])
+    assert np.allclose(g.evaluator(4, env)(n), g.time(n, 4, env), rtol=1e-12)  # a step in n: not affine
+    # gloo's reduce-scatter is the same allreduce of the whole buffer, so it halves there too
+    assert cm.collective("allreduce_reduce_scatter").time(16, 4, env) == pytest.approx(3.000024e-3, rel=1e-12)
+    # at p = 2, 2p elements are 16 B: 16 B is already two segments per step (2 x 1 ms + 16 ns)
+    assert g.time(16, 2, env) == pytest.approx(2.000016e-3, rel=1e-12)
 
 
 def test_gloo_ring_allgather_by_hand() -> None:

@@ -1,6 +1,6 @@
 """Algorithms that a collective library runs and the textbook list lacks, registered after the others.
 
-``ring_reduce`` and ``gloo_ring_allgather`` are gloo's reduce and allgather;
+``ring_reduce``, ``gloo_ring_allgather`` and ``gloo_ring_allreduce`` are gloo's reduce, allgather and allreduce;
 ``recursive_doubling_allreduce_general`` and ``rabenseifner_reduce`` are MPICH's short-message allreduce for
 any p and its long-message reduce (:mod:`costmodels.libraries` chooses among them by each library's rules).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sympy as sp
 
 from ..symbols import alpha, beta, flg, gamma, lg, n, p
-from .algorithms import POW2, THAKUR
+from .algorithms import GLOO_RING_SEGMENTS, POW2, THAKUR
 from .catalog import _add
 
 _f = (p - 1) / p
@@ -52,6 +52,16 @@ _add(
            "here (library_algorithms.py comment)",
     description="gloo's ring allgather; at p = 2 a late rank's recv notices wait behind its own data, so "
                 "three of the four half-blocks cross one after another",
+)
+_add(
+    name="gloo_ring_allreduce", primitive="allreduce",
+    expr=2 * (p - 1) * alpha * GLOO_RING_SEGMENTS + 2 * _f * n * beta + _f * n * gamma,
+    source="facebookincubator/gloo allreduce.cc (``ring``: at least 2p segments, two in flight, empty ones "
+           "skipped): the ring allreduce, 2 (p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma (Patarasuk & Yuan, "
+           "JPDC 69(2), 2009), whose steps carry one segment message instead of two below 2p elements "
+           "(8p bytes of float32): half the latency there; derived here (algorithms.py, GLOO_RING_SEGMENTS)",
+    description="gloo's ring allreduce: the ring, with half the per-step latency below 2p elements, where "
+                "each step carries one segment instead of two",
 )
 _add(
     name="recursive_doubling_allreduce_general", primitive="allreduce",

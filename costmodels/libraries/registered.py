@@ -41,7 +41,7 @@ register(Library(
 
 # --------------------------------------------------------------------------------------------- gloo
 GLOO = {
-    "allreduce": "ring_allreduce",
+    "allreduce": "gloo_ring_allreduce",
     "allgather": "gloo_ring_allgather",
     "reduce_scatter": "allreduce_reduce_scatter",
     "broadcast": "binomial_broadcast",

@@ -161,6 +161,7 @@ def _bytes_option(name: str, value: Any) -> float:
 # ------------------------------------------------------------ decoupled allreduce (DeAR, ZeRO, FSDP)
 DECOUPLED = {
     "ring_allreduce": ("ring_reduce_scatter", "ring_allgather"),
+    "gloo_ring_allreduce": ("allreduce_reduce_scatter", "gloo_ring_allgather"),  # gloo's own halves
     "rabenseifner_allreduce": ("recursive_halving_reduce_scatter", "recursive_doubling_allgather"),
 }
 

@@ -201,7 +201,7 @@ def _settle_profile(ctx: Any, plan: dict[str, Any], w: dict[str, Any],
         prof = scaled_profile(prof, f, b, how, optimizer_s=u, pass_s=a, codecs=prof.metadata.get("codecs"))
         meta = dict(prof.metadata)
         meta.update(kept)
-        meta["compute_probes_s"] = [[round(x, 9) for x in row] for row in probes]
+        meta["compute_probes_s"] = [list(row) for row in probes]
         meta["compute_probe_spread"] = float(0.5 * (hi - lo) / np.median(totals))
         prof = dataclasses.replace(prof, metadata=meta)
         prof.save(w["profile_path"])
