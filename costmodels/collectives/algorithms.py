@@ -28,6 +28,7 @@ POW2 = Domain(power_of_two=True)
 # emulated links (three runs, bench/results/validation_4ranks_*): a 16 B all-reduce took 0.5-0.65 of the mean
 # time of those from 64 B to 16 KiB.
 GLOO_RING_SEGMENTS = sp.Piecewise((sp.Rational(1, 2), n < 8 * p), (1, True))
+GLOO_RING_ALLREDUCE = 2 * (p - 1) * alpha * GLOO_RING_SEGMENTS + 2 * _f * n * beta + _f * n * gamma
 
 
 _add(
@@ -38,7 +39,7 @@ _add(
 )
 _add(
     name="allreduce_reduce_scatter", primitive="reduce_scatter",
-    expr=2 * (p - 1) * alpha * GLOO_RING_SEGMENTS + 2 * _f * n * beta + _f * n * gamma,
+    expr=GLOO_RING_ALLREDUCE,
     source="measured: PyTorch's gloo backend (torch 2.13) runs reduce_scatter as a ring allreduce of the whole "
            "buffer, each rank keeping its shard; over 100 Mbit/s emulated links a 4 MiB reduce_scatter took 0.995 "
            "of a 4 MiB allreduce, not the 0.5 of a ring reduce-scatter (commscope validate, bench/results/"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sympy as sp
 
 from ..symbols import alpha, beta, flg, gamma, lg, n, p
-from .algorithms import GLOO_RING_SEGMENTS, POW2, THAKUR
+from .algorithms import GLOO_RING_ALLREDUCE, POW2, THAKUR
 from .catalog import _add
 
 _f = (p - 1) / p
@@ -55,7 +55,7 @@ _add(
 )
 _add(
     name="gloo_ring_allreduce", primitive="allreduce",
-    expr=2 * (p - 1) * alpha * GLOO_RING_SEGMENTS + 2 * _f * n * beta + _f * n * gamma,
+    expr=GLOO_RING_ALLREDUCE,
     source="facebookincubator/gloo allreduce.cc (``ring``: at least 2p segments, two in flight, empty ones "
            "skipped): the ring allreduce, 2 (p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma (Patarasuk & Yuan, "
            "JPDC 69(2), 2009), whose steps carry one segment message instead of two below 2p elements "
