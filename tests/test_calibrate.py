@@ -83,7 +83,9 @@ def test_terms_are_recovered_from_iterations_simulated_with_them(recovered):
     for k in ("kappa_c", "kappa_m"):  # two balances of compute and communication tell them apart
         f = res.terms[k]
         assert f.status == "fitted" and f.ci95 is not None
-        assert got[k] == pytest.approx(TRUTH[k], rel=0.02)  # 0.9% off here: the solver stops on a flat ridge
+        # from START the solver settles in a second minimum (kappa_c 0.3009, kappa_m 0.1982, RSS 2.4e-7: relative
+        # errors of 1e-4), not at the truth (RSS 1e-21): these noise-free cells pin the kappas to about 1%, not 0.1%
+        assert got[k] == pytest.approx(TRUTH[k], rel=0.02)
     # a technique left out is still predicted from the others' terms
     assert res.summary()["left_out"]["max_abs_error"] < 0.05
     assert {lo.technique for lo in res.left_out} == {t for t, _ in TECHNIQUES}

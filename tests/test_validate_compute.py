@@ -46,7 +46,8 @@ def test_the_profile_is_rescaled_to_the_median_of_its_probes(tmp_path) -> None:
               (0.041, 0.062, 0.0013, 0.0004), (0.039, 0.061, 0.0009, 0.0003)]
     rank._settle_profile(_ctx(), plan, w, probes)
     out = cm.load_profile(path)
-    # medians: forward 0.040, backward 0.060, optimizer 0.0011, pass 0.0003; the layers keep their shares
+    # medians: forward + backward 0.100 (totals 0.075, 0.100, 0.100, 0.103, 0.100), split 0.040 : 0.060 by the
+    # phases' own medians; optimizer 0.0011, pass 0.0003; the layers keep their shares
     # (forward 1:3 -> 0.010 and 0.030; backward 1:2 -> 0.020 and 0.040)
     assert out.forward_s == pytest.approx(0.040) and out.backward_s == pytest.approx(0.060)
     assert [x.forward_s for x in out.layers] == pytest.approx([0.010, 0.030])
@@ -71,3 +72,17 @@ def test_one_probe_leaves_the_profile_as_it_is(tmp_path) -> None:
                                                                          "profile_path": str(path)},
                          [(0.01, 0.02, 0.0, 0.0)])
     assert path.read_text() == before and not (tmp_path / "r.jsonl").exists()
+
+
+def test_the_rescaled_total_is_the_median_of_the_probes_totals(tmp_path) -> None:
+    # totals 0.10, 0.09, 0.12 -> 0.10, where the phases' medians (0.04 + 0.07) would say 0.11; split 4 : 7:
+    # forward 0.10 x 4/11 = 0.036364, backward 0.10 x 7/11 = 0.063636
+    prof = cm.ModelProfile("toy", (cm.Layer("a", 100, 400, 0.010, 0.020),), "cpu", "float32", 8, "measured", "t")
+    path = tmp_path / "profile.json"
+    prof.save(path)
+    probes = [(0.03, 0.07, 0.0, 0.0), (0.05, 0.04, 0.0, 0.0), (0.04, 0.08, 0.0, 0.0)]
+    rank._settle_profile(_ctx(), {"records": str(tmp_path / "r.jsonl")},
+                         {"model": "toy", "batch_size": 8, "profile_path": str(path)}, probes)
+    out = cm.load_profile(path)
+    assert out.forward_s == pytest.approx(0.1 * 4 / 11) and out.backward_s == pytest.approx(0.1 * 7 / 11)
+    assert out.metadata["mean_rank_forward_s"] == pytest.approx(0.010)  # the first scaling's, kept

@@ -134,8 +134,9 @@ def scaled_profile(prof: Any, forward_s: float, backward_s: float, how: str, opt
     kb = backward_s / prof.backward_s if prof.backward_s > 0 else 1.0
     layers = tuple(cm.Layer(x.name, x.params, x.grad_bytes, x.forward_s * kf, x.backward_s * kb, x.shape)
                    for x in prof.layers)
-    meta = {**dict(prof.metadata), "synchronised_forward_s": forward_s, "synchronised_backward_s": backward_s,
-            "mean_rank_forward_s": prof.forward_s, "mean_rank_backward_s": prof.backward_s, "how": how}
+    meta = {"mean_rank_forward_s": prof.forward_s, "mean_rank_backward_s": prof.backward_s,  # unless rescaled again
+            **dict(prof.metadata), "synchronised_forward_s": forward_s, "synchronised_backward_s": backward_s,
+            "how": how}
     if optimizer_s is not None:
         meta["synchronised_optimizer_s"] = optimizer_s
         meta["optimizer"] = "sgd"  # the update timed is plain SGD (exact_common.sgd_)

@@ -187,30 +187,28 @@ def _settle_profile(ctx: Any, plan: dict[str, Any], w: dict[str, Any],
     import costmodels as cm
     from runners import results
 
-    from .compute import scaled_profile
+    from .compute import scaled_profile, split_total
 
     if ctx.rank == 0 and len(probes) > 1:
         prof = cm.load_profile(w["profile_path"])
         arr = np.array(probes, dtype=float)
-        f, b, u, a = (float(v) for v in np.median(arr, axis=0))
         totals = arr[:, 0] + arr[:, 1]
+        median = float(np.median(totals))
         lo, hi = np.percentile(totals, [10, 90])
-        kept = {k: prof.metadata[k] for k in ("mean_rank_forward_s", "mean_rank_backward_s") if k in prof.metadata}
+        f, b = split_total(median, float(np.median(arr[:, 0])), float(np.median(arr[:, 1])))
+        u, a = (float(np.median(arr[:, k])) for k in (2, 3))
+        prof = dataclasses.replace(prof, metadata={**prof.metadata, "compute_probes_s": [list(r) for r in probes],
+                                                   "compute_probe_spread": float(0.5 * (hi - lo) / median)})
         how = (f"{prof.metadata.get('how', '')}; then rescaled to the median of {len(probes)} such measurements, "
                "the profile's and one before each technique's run")
         prof = scaled_profile(prof, f, b, how, optimizer_s=u, pass_s=a, codecs=prof.metadata.get("codecs"))
-        meta = dict(prof.metadata)
-        meta.update(kept)
-        meta["compute_probes_s"] = [list(row) for row in probes]
-        meta["compute_probe_spread"] = float(0.5 * (hi - lo) / np.median(totals))
-        prof = dataclasses.replace(prof, metadata=meta)
         prof.save(w["profile_path"])
         results.append(plan["records"], [results.record(
             "profile", {"model": w["model"], "batch_size": w["batch_size"], "device": str(ctx.device.type),
                         "threads": int(plan.get("threads", 1)), "concurrent_ranks": ctx.world,
                         "probes": len(probes)},
             prof.to_dict(), ctx.run_info(), "commscope validate")])
-        print(f"# compute of {w['model']} over {len(probes)} probes: forward + backward median {(f + b) * 1e3:.2f} ms "
+        print(f"# compute of {w['model']} over {len(probes)} probes: forward + backward median {median * 1e3:.2f} ms "
               f"(10-90%: {lo * 1e3:.2f}-{hi * 1e3:.2f} ms; the profile alone {totals[0] * 1e3:.2f} ms)", flush=True)
     ctx.dist.barrier()
 
