@@ -267,4 +267,6 @@ def terms_text(env: cm.Environment) -> str:
     """The environment's interference and host overhead in words (0 each: overlap is free)."""
     return (f"interference: kappa_c = {env.kappa_c:.3g} (compute slowdown while a collective is in flight), "
             f"kappa_m = {env.kappa_m:.3g} (communication slowdown while compute runs); host overhead "
-            f"o = {env.host_overhead * 1e6:.3g} us per message")
+            f"o = {env.host_overhead * 1e6:.3g} us per message"
+            + (f"; contended step {env.contended_step * 1e3:.3g} ms (a message's least time per latency step "
+               "beside compute)" if env.contended_step > 0 else ""))

@@ -1,6 +1,7 @@
 """The sidebar shared by every page: the environment (preset, fitted from results, or custom).
 
-"custom" also sets the interference factors ``kappa_c``, ``kappa_m`` and the host overhead per message; a
+"custom" also sets the interference factors ``kappa_c``, ``kappa_m``, the host overhead per message and the
+contended step (a message's least time per latency step beside compute); a
 preset's or fitted environment's are shown with its numbers.
 
 "fitted" lists the environments fitted to the shipped reference measurements
@@ -158,8 +159,16 @@ def _terms(keep) -> dict:
                                 "fitted price already holds it (the sweep times blocking calls), so the link "
                                 "holds a message for its price less o: a blocking chain costs the same, an "
                                 "overlapped issue hides it.")
-    st.caption("0, 0, 0: communication overlaps compute for free, as the alpha-beta model has it.")
-    return {"kappa_c": float(kc), "kappa_m": float(km), "host_overhead": float(o_us) * 1e-6}
+    step_ms = st.number_input("contended step (ms per latency step beside compute)", 0.0, 1000.0, step=0.5,
+                              format="%.2f", **keep("env_contended_step"),
+                              **initial("env_contended_step", value=0.0),
+                              help="The least time one latency step of a message takes while compute runs beside "
+                                   "it: CPU ranks sharing their cores wait for a core at every step (about 5-20 ms "
+                                   "on 4 gloo ranks over 2 cores, bench/results/bench_overlap_*). A message of S "
+                                   "steps then takes at least S times this beside compute; 0 on GPUs.")
+    st.caption("0, 0, 0, 0: communication overlaps compute for free, as the alpha-beta model has it.")
+    return {"kappa_c": float(kc), "kappa_m": float(km), "host_overhead": float(o_us) * 1e-6,
+            "contended_step": float(step_ms) * 1e-3}
 
 
 LINK_LABELS = {"network": "network (NICs, switches)", "nvlink": "NVLink", "pcie": "PCIe"}

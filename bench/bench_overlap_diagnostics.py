@@ -26,6 +26,10 @@ repetition's, so their spread shows:
   all-reduced asynchronously from its hook during a real backward, as the WFBP runner does: how many complete
   before backward ends, the tail after it, and the same messages with no compute queued at once and one by one
   (blocking), as bsp per tensor sends them.
+* ``timing``: all-reduces of 1 KB to 1 MB timed as the sweep times them (a barrier, then the call; the maximum
+  over ranks; median and mean over calls, the sweep's fit takes the mean) and back to back (20 blocking calls
+  after one barrier, divided by 20), as bsp per tensor sends them: whether the sweep's per-call protocol prices a
+  training message right.
 
 ``--json`` writes bench/results/bench_overlap_diagnostics.json (``--out`` another path). Exit code 2 with one line
 on bad input.
@@ -45,7 +49,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-EXPERIMENTS = ("interference", "buckets", "two_groups", "progress", "queue", "wfbp")
+EXPERIMENTS = ("interference", "buckets", "two_groups", "progress", "queue", "wfbp", "timing")
 ITERS, WARMUP = 8, 2
 
 
@@ -279,6 +283,35 @@ def _wfbp(dist: Any, torch: Any) -> dict[str, Any]:
     return out
 
 
+def _timing(dist: Any, torch: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    calls = 20
+    for nbytes in (1_000, 20_000, 64_000, 256_000, 1_000_000):
+        buf = torch.ones(nbytes // 4)
+        single, chained = [], []
+        for it in range(WARMUP + ITERS):
+            for _ in range(calls // 4):
+                x = torch.tensor([_after_barrier(dist, lambda: dist.all_reduce(buf))], dtype=torch.float64)
+                dist.all_reduce(x, op=dist.ReduceOp.MAX)  # as the sweep: the slowest rank's call
+                if it >= WARMUP:
+                    single.append(float(x))
+
+            def chain() -> None:
+                for _ in range(calls):
+                    dist.all_reduce(buf)
+
+            y = torch.tensor([_after_barrier(dist, chain) / calls], dtype=torch.float64)
+            dist.all_reduce(y, op=dist.ReduceOp.MAX)
+            if it >= WARMUP:
+                chained.append(float(y))
+        m = statistics.median
+        mean = statistics.fmean
+        out[str(nbytes)] = {"after_barrier_ms": m(single) * 1e3, "after_barrier_mean_ms": mean(single) * 1e3,
+                            "back_to_back_ms": m(chained) * 1e3, "back_to_back_mean_ms": mean(chained) * 1e3,
+                            "ratio": m(chained) / m(single), "ratio_of_means": mean(chained) / mean(single)}
+    return out
+
+
 def rank_side(experiment: str) -> int:
     import torch
     import torch.distributed as dist
@@ -286,7 +319,7 @@ def rank_side(experiment: str) -> int:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     res = {"interference": _interference, "buckets": _buckets, "two_groups": _two_groups, "progress": _progress,
-           "queue": _queue, "wfbp": _wfbp}[experiment](dist, torch)
+           "queue": _queue, "wfbp": _wfbp, "timing": _timing}[experiment](dist, torch)
     if dist.get_rank() == 0:
         print("RESULT " + json.dumps(res), flush=True)
     dist.destroy_process_group()

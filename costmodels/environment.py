@@ -25,7 +25,10 @@ And what overlap and dispatch cost on the hosts (issue 16; :mod:`costmodels.sche
   SMs and memory bandwidth; gloo's threads take cores);
 * ``kappa_m``: communication runs 1 + kappa_m times slower while compute runs;
 * ``host_overhead``: LogP's o (Culler et al., PPoPP 1993), seconds of the issuing thread per message,
-  distinct from the network's alpha.
+  distinct from the network's alpha;
+* ``contended_step``: the least time one latency step of a message takes while compute runs beside it
+  (CPU ranks sharing their cores: the communication thread waits for a core at every step), so that a
+  message of S steps takes at least S x contended_step beside compute (:mod:`costmodels.schedules.engine`).
 
 And ``burst_bytes``: the token bucket of a shaped (inter-node, or only) link, such as the emulator's
 ``tc tbf``: after idle time up to that many bytes pass at the host's speed, which hides the latency of
@@ -52,6 +55,7 @@ TERMS = {  # interference and per-message host overhead (issue 16): what each is
     "kappa_c": "compute slowdown while a collective is in flight, dimensionless",
     "kappa_m": "communication slowdown while compute runs, dimensionless",
     "host_overhead": "seconds of the issuing thread per message, LogP's o",
+    "contended_step": "least seconds per latency step of a message while compute runs",
 }
 
 
@@ -102,6 +106,7 @@ class Environment:
         kappa_c, kappa_m: interference (dimensionless, >= 0): compute slows by 1 + kappa_c while a
             collective is in flight, communication by 1 + kappa_m while compute runs.
         host_overhead: seconds per message on the thread that issues it (LogP's o, >= 0).
+        contended_step: least seconds per latency step of a message while compute runs (>= 0; 0: none).
         burst_bytes: token bucket of the shaped inter-node (or only) link, bytes (>= 0; 0: no bucket).
         name, description, source: what it is and where its numbers come from.
         metadata: free JSON-able provenance (e.g. the files and fit quality of a fitted one).
@@ -126,6 +131,7 @@ class Environment:
     kappa_c: float = 0.0
     kappa_m: float = 0.0
     host_overhead: float = 0.0
+    contended_step: float = 0.0
     burst_bytes: float = 0.0
     name: str = "custom"
     description: str = ""
@@ -273,6 +279,8 @@ class Environment:
         if self.has_terms:
             s += (f"; kappa_c={self.kappa_c:.3g}, kappa_m={self.kappa_m:.3g}, "
                   f"o={self.host_overhead * 1e6:.3g} us")
+            if self.contended_step > 0:
+                s += f", contended step {self.contended_step * 1e3:.3g} ms"
         if self.burst_bytes > 0:
             s += f"; token bucket {self.burst_bytes:,.0f} B"
         if self.oversubscription > 1:

@@ -39,6 +39,19 @@ s_g + o + pair(f_g, ag_{g+1}): its forward phase stays closed). Where a message 
 segments, or segments several messages (WFBP's backward), the pairs chain at every event: that is the
 recurrence above.
 
+**The contended step (derived here, measured in ``bench/bench_overlap_progress.py``).** A COMM task may carry a
+``floor``: the least time it takes while compute runs beside it, S delta for a message of S latency steps
+(:attr:`.core.Configurations.contended_floor`). On CPU ranks that share their cores with compute, each step of a
+message waits for the communication thread to get a core back: a 20 KB all-reduce (6 ring steps) on 4 ranks took
+2.3-6.6 ms alone and 64-116 ms beside compute, while a 4 MB one at 200 Mbit/s (41 ms per step on the wire)
+was only 3-5% slower. So a COMM task's slowdown while compute runs is
+
+    s_i = max(1 + kappa_m, floor_i / work_i),
+
+a rate like the others (a message entirely beside compute takes max(work (1 + kappa_m), floor); one that
+runs partly alone takes the matching share of each); at floor = 0 it is the rule above. Floored tasks are
+not joined by ``freeze(merge=True)``: their ratios may differ, so their joint matters.
+
 :func:`run_many` advances C configurations in lock-step (one event per configuration per step, arrays
 of shape (streams, C)); :func:`run_one` is the same recurrence in plain Python for one configuration,
 recording each task's start and end for the timeline.
@@ -77,6 +90,11 @@ class Frozen:
     off: np.ndarray
     labels: tuple[tuple[str, str], ...]
     nbytes: np.ndarray
+    ratio: np.ndarray  # (T + 1, C): floor / work of each COMM task (0: no floor), the slowdown it is held to
+
+    @property
+    def floored(self) -> bool:
+        return bool(self.ratio.any())
 
     @property
     def tasks(self) -> int:
@@ -96,7 +114,8 @@ class Graph:
     def __init__(self, configs: int) -> None:
         self.configs = configs
         self.streams: list[str] = []
-        self._parts: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list, np.ndarray]] = []
+        self._parts: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list, np.ndarray,
+                                np.ndarray]] = []
         self._count = 0
 
     @property
@@ -105,19 +124,25 @@ class Graph:
         return self._count
 
     def add(self, stream: str, kind: int, work: Any, key: Any, dep: Any = -1,
-            labels: Sequence[tuple[str, str]] | tuple[str, str] = ("", ""), nbytes: Any = 0.0) -> np.ndarray:
+            labels: Sequence[tuple[str, str]] | tuple[str, str] = ("", ""), nbytes: Any = 0.0,
+            floor: Any = 0.0) -> np.ndarray:
         """Add n tasks to ``stream``: ``work`` of shape (n,), (C, n) or a scalar, ``key`` (n,) their places on
-        the stream, ``dep`` (n,) the ids of the tasks they wait for (-1: none). Returns their ids."""
+        the stream, ``dep`` (n,) the ids of the tasks they wait for (-1: none), ``floor`` (COMM tasks; shaped as
+        ``work``) the least time each takes while compute runs. Returns their ids."""
         key = np.atleast_1d(np.asarray(key, dtype=float))
         n = len(key)
         work = np.broadcast_to(np.asarray(work, dtype=float), (self.configs, n)).T
+        floor = np.broadcast_to(np.asarray(floor, dtype=float), (self.configs, n)).T
+        if kind != COMM and floor.any():
+            raise CommscopeError("internal error: only a message (COMM task) has a contended floor")
+        ratio = np.divide(floor, work, out=np.zeros_like(floor), where=work > 0)
         dep = np.broadcast_to(np.asarray(dep, dtype=np.int64), (n,))
         labels = [labels] * n if isinstance(labels, tuple) else list(labels)
         if stream not in self.streams:
             self.streams.append(stream)
         ids = np.arange(self._count, self._count + n)
         self._parts.append((self.streams.index(stream), kind, key, work, dep,
-                            np.broadcast_to(np.asarray(nbytes, dtype=float), (n,)), labels, ids))
+                            np.broadcast_to(np.asarray(nbytes, dtype=float), (n,)), labels, ids, ratio))
         self._count += n
         return ids
 
@@ -134,9 +159,9 @@ class Graph:
         order = np.lexsort((np.arange(len(key)), key, stream))
         inv = np.empty_like(order)
         inv[order] = np.arange(len(order))
-        work = np.empty((len(order), self.configs))
+        work, ratio = np.empty((len(order), self.configs)), np.empty((len(order), self.configs))
         for p in self._parts:
-            work[inv[p[7]]] = p[3]
+            work[inv[p[7]]], ratio[inv[p[7]]] = p[3], p[8]
         stream, kind, nbytes = stream[order], kind[order], np.concatenate([p[5] for p in self._parts])[order]
         dep = np.where(dep[order] >= 0, inv[np.maximum(dep[order], 0)], -1)
         labels = [labels[i] for i in order]
@@ -150,13 +175,15 @@ class Graph:
                 new = np.cumsum(keep) - 1
                 dep = np.where(dep >= 0, target[np.maximum(dep, 0)], -1)[keep]
                 dep = np.where(dep >= 0, new[np.maximum(dep, 0)], -1)
-                stream, kind, work, nbytes = stream[keep], kind[keep], work[keep], nbytes[keep]
+                stream, kind, work, nbytes, ratio = stream[keep], kind[keep], work[keep], nbytes[keep], ratio[keep]
                 labels = [lab for lab, k in zip(labels, keep, strict=True) if k]
             # within a run only the last task can be waited for, so waits move to the merged task
             waited = np.zeros(len(stream), dtype=bool)
             waited[dep[dep >= 0]] = True
             joint = np.zeros(len(stream), dtype=bool)  # task i joins task i - 1
             joint[1:] = (stream[1:] == stream[:-1]) & (kind[1:] == kind[:-1]) & (dep[1:] < 0) & ~waited[:-1]
+            floored = ratio.any(axis=1)
+            joint[1:] &= ~floored[1:] & ~floored[:-1]  # floored messages keep their own ratios
             if joint.any():
                 heads = np.flatnonzero(~joint)
                 new = np.cumsum(~joint) - 1
@@ -164,14 +191,15 @@ class Graph:
                 merged = work[heads]
                 for j in np.flatnonzero(ends - heads > 1):  # few runs are longer than one task
                     merged[j] = work[heads[j]:ends[j]].sum(axis=0)
-                work, nbytes = merged, np.add.reduceat(nbytes, heads)
+                work, nbytes, ratio = merged, np.add.reduceat(nbytes, heads), ratio[heads]
                 dep = np.where(dep[heads] >= 0, new[np.maximum(dep[heads], 0)], -1)
                 stream, kind, labels = stream[heads], kind[heads], [labels[i] for i in heads]
         off = np.searchsorted(stream, np.arange(len(self.streams) + 1))
         dep_stream = np.where(dep >= 0, stream[np.maximum(dep, 0)], 0)
         return Frozen(tuple(self.streams), np.append(stream, -1), np.append(kind, HOST), np.append(dep, -1),
                       np.append(dep_stream, 0), np.concatenate([work, np.zeros((1, self.configs))]), off,
-                      (*labels, ("", "")), np.append(nbytes, 0.0))
+                      (*labels, ("", "")), np.append(nbytes, 0.0),
+                      np.concatenate([ratio, np.zeros((1, self.configs))]))
 
 
 def chain(g: Frozen) -> list[int] | None:
@@ -220,6 +248,9 @@ def run_many(g: Frozen, kappa_c: np.ndarray, kappa_m: np.ndarray) -> np.ndarray:
     # per stream and configuration, of its current task: where its dependency's stream is, what it waits for,
     # its kind; rewritten only where a task ends
     at, waits, comp_k, comm_k = dep_at[pos] + cols, dep[pos], is_comp[pos], is_comm[pos]
+    floored = g.floored
+    ratios = g.ratio.reshape(-1)
+    held = np.take(ratios, pos * c + cols) if floored else None  # the current message's floor / work
     flat = [x.reshape(-1) for x in (pos, rem, at, waits, comp_k, comm_k)]
     col_of = np.tile(cols, len(first))
     one = np.ones((1, c))
@@ -227,7 +258,9 @@ def run_many(g: Frozen, kappa_c: np.ndarray, kappa_m: np.ndarray) -> np.ndarray:
     while True:
         run = np.take(flat[0], at) > waits  # no dependency: waits = -1 < pos
         comp, comm = run & comp_k, run & comm_k
-        slow = np.where(comp, 1.0 + kc * comm.any(axis=0), np.where(comm, 1.0 + km * comp.any(axis=0), one))
+        busy = comp.any(axis=0)
+        comm_slow = 1.0 + km * busy if held is None else np.maximum(1.0 + km * busy, held * busy)
+        slow = np.where(comp, 1.0 + kc * comm.any(axis=0), np.where(comm, comm_slow, one))
         need = np.where(run, rem * slow, np.inf)
         dt = need.min(axis=0)
         if not np.isfinite(dt).all():
@@ -246,11 +279,14 @@ def run_many(g: Frozen, kappa_c: np.ndarray, kappa_m: np.ndarray) -> np.ndarray:
         flat[1][fin] = work[ended * c + col]
         flat[2][fin], flat[3][fin], flat[4][fin], flat[5][fin] = dep_at[ended] + col, dep[ended], is_comp[ended], \
             is_comm[ended]
+        if held is not None:
+            held.reshape(-1)[fin] = ratios[ended * c + col]
 
 
 def run_one(g: Frozen, kappa_c: float, kappa_m: float, row: int = 0) -> tuple[float, list[float], list[float]]:
     """:func:`run_many` for one configuration in plain Python: (end, start of each task, end of each task)."""
     work, kind, dep, dstream = g.work[:, row].tolist(), g.kind.tolist(), g.dep.tolist(), g.dep_stream.tolist()
+    ratio = g.ratio[:, row].tolist()
     stop = g.off[1:].tolist()
     pos = g.off[:-1].tolist()
     streams = range(len(pos))
@@ -263,8 +299,8 @@ def run_one(g: Frozen, kappa_c: float, kappa_m: float, row: int = 0) -> tuple[fl
             raise CommscopeError("internal error: a schedule's task graph waits on itself")
         comp = any(kind[pos[s]] == COMPUTE for s in run)
         comm = any(kind[pos[s]] == COMM for s in run)
-        slow = {s: 1.0 + (kappa_c * comm if kind[pos[s]] == COMPUTE else kappa_m * comp if kind[pos[s]] == COMM
-                          else 0.0) for s in run}
+        slow = {s: 1.0 + kappa_c * comm if kind[pos[s]] == COMPUTE else
+                max(1.0 + kappa_m * comp, ratio[pos[s]] * comp) if kind[pos[s]] == COMM else 1.0 for s in run}
         need = {s: rem[s] * slow[s] for s in run}
         dt = min(need.values())
         for s in run:

@@ -24,8 +24,9 @@ over ``ITERATIONS`` iterations as ``overlap._bytescheduler`` does, all configura
   (:func:`.blocks.negotiation_time`), as the runner's scheduler does.
 
 Rates as in the engine: compute slows by 1 + kappa_c while a batch is on the link, the batch by
-1 + kappa_m while compute runs. The period is the time between the forward starts of the last two
-iterations, as without these terms.
+max(1 + kappa_m, its contended floor / its transfer) while compute runs (the batch's floor: the sum of its
+partitions' S x contended_step, :meth:`.core.Configurations.contended_floor`). The period is the time
+between the forward starts of the last two iterations, as without these terms.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partit
     layer_of, size_of = partitions(nbytes, part)
     first_of_layer = np.searchsorted(layer_of, np.arange(n))
     c = cfg.p.shape[0]
-    price = np.broadcast_to(cfg.comm("allreduce", collective, params)(size_of[None, :]), (c, len(size_of)))
+    comm = cfg.comm("allreduce", collective, params)
+    price = np.broadcast_to(comm(size_of[None, :]), (c, len(size_of)))
+    floor = np.broadcast_to(cfg.contended_floor(comm, size_of[None, :]), (c, len(size_of)))
     o = cfg.overhead[:, 0]
     neg = np.broadcast_to(negotiation_time(cfg.p, cfg.env, len(size_of), negotiation), (c, 1))[:, 0]
     kc, km = cfg.env.kappa_c.reshape(-1), cfg.env.kappa_m.reshape(-1)
@@ -68,7 +71,7 @@ def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partit
                "host_overhead_s": o * len(size_of), "negotiation_s": neg,
                "optimizer_s": np.where(alone, prof.optimizer_s, opt.sum())}
     if not record and integral(size_of, credit):  # the same recurrence with the queue as intervals
-        starts = periods(work, n, ITERATIONS, layer_of, size_of, price, o, kc, km, credit, neg)
+        starts = periods(work, n, ITERATIONS, layer_of, size_of, price, o, kc, km, credit, neg, floor)
         period = np.maximum(starts[:, -1] - starts[:, -2], prof.compute_s + opt.sum())
         return TermsRun(np.where(alone, prof.compute_s + prof.optimizer_s, period), None, details)
     bwd_at = n + (n - 1 - layer_of)  # place of each partition's backward within an iteration
@@ -79,6 +82,7 @@ def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partit
     n_sent, first_ready = np.zeros(c, dtype=np.int64), np.append(first_of_layer, len(size_of))
     busy, batch = np.zeros(c, dtype=bool), np.zeros((c, len(size_of)), dtype=bool)
     host, wire = np.zeros(c), np.zeros(c)  # the batch's issuing and transfer work left
+    held = np.zeros(c)  # the batch's contended floor over its transfer (engine: the slowdown it is held to)
     starts, t = np.full((c, ITERATIONS), np.nan), np.zeros(c)
     evs: list[Event] = []
     c_start, l_start = np.full(c, np.nan), np.zeros(c)
@@ -102,9 +106,11 @@ def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partit
             i, take = i[go], take[go]
             busy[i], batch[i], l_start[i] = True, take, t[i]
             host[i], wire[i] = o[i] * take.sum(axis=1) + neg[i], np.where(take, price[i], 0.0).sum(axis=1)
+            bf = np.where(take, floor[i], 0.0).sum(axis=1)
+            held[i] = np.divide(bf, wire[i], out=np.zeros_like(bf), where=wire[i] > 0)
         on_wire = busy & (host <= 0)
         c_slow = 1.0 + kc * on_wire
-        l_slow = np.where(on_wire, 1.0 + km * run, 1.0)
+        l_slow = np.where(on_wire, np.maximum(1.0 + km * run, held * run), 1.0)
         need_c = np.where(run, rem * c_slow, np.inf)
         need_l = np.where(busy, np.where(on_wire, wire * l_slow, host), np.inf)
         dt = np.minimum(need_c, need_l)

@@ -39,12 +39,13 @@ def integral(size_of: np.ndarray, credit: float) -> bool:
 
 def periods(work: np.ndarray, n: int, iterations: int, layer_of: np.ndarray, size_of: np.ndarray,
             price: np.ndarray, o: np.ndarray, kc: np.ndarray, km: np.ndarray, credit: float,
-            neg: np.ndarray | None = None) -> np.ndarray:
+            neg: np.ndarray | None = None, floor: np.ndarray | None = None) -> np.ndarray:
     """Start of each iteration's first forward, (configurations, iterations): the reference's ``starts``.
 
     ``work``: the compute stream's tasks (2n per iteration: forward blocks, then backward from the last
     layer); ``price`` (C, P): each partition's transfer; ``o``, ``kc``, ``km`` (C,); ``neg`` (C,): each batch's
-    negotiation on the issuing thread (none when None).
+    negotiation on the issuing thread (none when None); ``floor`` (C, P): each partition's contended floor (none
+    when None), a batch's transfer held to max(1 + km, its floor / its transfer) beside compute.
     """
     c, parts, two_n = price.shape[0], len(size_of), 2 * n
     first_of_layer = np.searchsorted(layer_of, np.arange(n))
@@ -80,6 +81,9 @@ def periods(work: np.ndarray, n: int, iterations: int, layer_of: np.ndarray, siz
          "depth": np.zeros(c, dtype=np.int64),
          "seen": np.full(c, parts), "cnt": np.zeros(c, dtype=np.int64),
          "cp": np.concatenate([np.zeros((c, 1)), np.cumsum(price, axis=1)], axis=1),
+         "cf": np.zeros((c, parts + 1)) if floor is None else
+         np.concatenate([np.zeros((c, 1)), np.cumsum(np.broadcast_to(floor, (c, parts)), axis=1)], axis=1),
+         "held": np.zeros(c),
          "o": o.astype(float), "kc": kc.astype(float), "km": km.astype(float), "ids": np.arange(c),
          "neg": np.zeros(c) if neg is None else np.broadcast_to(np.asarray(neg, float), (c,)).copy()}
     s["starts"][:, 0] = 0.0 if q0 else np.nan
@@ -112,7 +116,7 @@ def periods(work: np.ndarray, n: int, iterations: int, layer_of: np.ndarray, siz
                 _choose(s, cand[ok], ready_from[ok], reach, big, credit, parts)
         on_wire = phase == 2
         c_slow = 1.0 + s["kc"] * on_wire
-        l_slow = 1.0 + s["km"] * (on_wire & run)
+        l_slow = np.maximum(1.0 + s["km"] * (on_wire & run), s["held"] * (on_wire & run))
         need_c = np.where(run, rem * c_slow, np.inf)
         need_l = s["lw"] * l_slow  # the issue (rate 1), the transfer, or inf while the link is free
         dt = np.minimum(need_c, need_l)
@@ -152,7 +156,7 @@ def _choose(s: dict, i: np.ndarray, r: np.ndarray, reach: np.ndarray, big: np.nd
     """Configurations ``i`` put the batch of highest priority within the credit on the link; ``r``: their R.
     ``reach[x]``: the end of a batch that starts at x with the whole credit."""
     seen, depth = s["seen"][i], s["depth"][i]
-    stack_lo, stack_hi, cp = s["lo"].reshape(-1), s["hi"].reshape(-1), s["cp"].reshape(-1)
+    stack_lo, stack_hi, cp, cf = s["lo"].reshape(-1), s["hi"].reshape(-1), s["cp"].reshape(-1), s["cf"].reshape(-1)
     new = r < seen  # newly ready partitions [r, seen) go below every unsent one: the bottom interval
     top = i * s["lo"].shape[1] + np.maximum(depth - 1, 0)
     lo, hi = np.where(new, r, stack_lo[top]), np.where(new, seen, stack_hi[top])
@@ -161,7 +165,7 @@ def _choose(s: dict, i: np.ndarray, r: np.ndarray, reach: np.ndarray, big: np.nd
     u = np.where(seen > 0, 0, lo)  # the batch's first partition is the lowest unsent one
     end = np.minimum(reach[lo], hi)
     row = i * (parts + 1)
-    cnt, wire = end - lo, cp[row + end] - cp[row + lo]
+    cnt, wire, bf = end - lo, cp[row + end] - cp[row + lo], cf[row + end] - cf[row + lo]
     whole = end == hi
     slot = top + (new & (depth > 0))  # what is left of the bottom interval, if anything
     stack_lo[slot], stack_hi[slot] = end, hi
@@ -177,12 +181,14 @@ def _choose(s: dict, i: np.ndarray, r: np.ndarray, reach: np.ndarray, big: np.nd
         end = np.minimum(np.searchsorted(big, big[lo] + budget[sel], side="right") - 1, hi)
         cnt[sel] += end - lo
         wire[sel] += s["cp"][k, end] - s["cp"][k, lo]
+        bf[sel] += s["cf"][k, end] - s["cf"][k, lo]
         budget[sel] -= big[end] - big[lo]
         whole = end == hi
         s["lo"][k, d], s["depth"][k] = end, d + 1 - whole
         sel = sel[whole & (d > 0)]
     host = s["o"][i] * cnt + s["neg"][i]
     s["cnt"][i], s["wire"][i], s["u"][i] = cnt, wire, u
+    s["held"][i] = np.divide(bf, wire, out=np.zeros_like(bf), where=wire > 0)
     issuing = host > 0  # no issuing time: on the wire at once
     s["phase"][i] = np.where(issuing, 1, 2)
     s["lw"][i] = np.where(issuing, host, wire)

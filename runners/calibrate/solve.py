@@ -8,7 +8,8 @@ relative error of every cell, ``r_i = predicted_i(theta) / measured_i - 1``, eac
 base point and a forward step in every term at once: the Jacobian by forward differences). The overhead is
 bounded above by the cheapest lone message the sweep prices at the cells' p (every message the sweep timed paid
 o inside it); a term held at that bound is reported. The residuals are not convex in the terms, so the fit starts
-from the given point and from the default one and keeps the better. Terms that no
+from the given point, from the default one and (the contended step, a floor that holds only above the messages'
+own step times and masks kappa_m where it holds) from the default one without a floor, and keeps the best. Terms that no
 cell is sensitive to (kappa_c and kappa_m when no technique overlaps) are reported as not identifiable and
 kept at 0; two terms whose estimates are correlated beyond 0.99 (kappa_c against kappa_m when every
 overlapping cell is communication-bound: a ridge of equally good fits), or whose interval is wider than ten
@@ -38,11 +39,14 @@ from costmodels.errors import CommscopeError
 from .cells import OVERLAPPING, Cell, gather_cells, sweep_environment
 from .result import CalibrationResult, LeftOut, TermFit
 
-TERMS = ("kappa_c", "kappa_m", "host_overhead")
-UNITS = {"kappa_c": "", "kappa_m": "", "host_overhead": "s/message"}
-# scale of each term in the solver's variables (O(1) steps): kappas as they are, the overhead in ms
-SCALE = {"kappa_c": 1.0, "kappa_m": 1.0, "host_overhead": 1e-3}
-START = {"kappa_c": 0.05, "kappa_m": 0.05, "host_overhead": 1e-4}
+TERMS = ("kappa_c", "kappa_m", "host_overhead", "contended_step")  # what can be calibrated
+# what is calibrated unless asked otherwise: the contended step is measured (bench_overlap_diagnostics) but, fitted
+# as a fourth term on the shipped runs, it did not make the techniques left out any better (README, Validation)
+FITTED = ("kappa_c", "kappa_m", "host_overhead")
+UNITS = {"kappa_c": "", "kappa_m": "", "host_overhead": "s/message", "contended_step": "s/step"}
+# scale of each term in the solver's variables (O(1) steps): kappas as they are, the overhead and the step in ms
+SCALE = {"kappa_c": 1.0, "kappa_m": 1.0, "host_overhead": 1e-3, "contended_step": 1e-3}
+START = {"kappa_c": 0.05, "kappa_m": 0.05, "host_overhead": 1e-4, "contended_step": 1e-3}
 STEP = 1e-4  # forward-difference step in the solver's units (kappa 1e-4, overhead 0.1 us)
 IDENTIFIABLE = 1e-6  # a term whose Jacobian column has a smaller norm (relative error per unit) is not seen
 RIDGE = 0.99  # |correlation| of two estimates above which only a combination of them is measured
@@ -121,8 +125,8 @@ def _fit(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str], start
             if not blind:
                 break
             for k in blind:
-                blind_fits[k] = TermFit(k, 0.0, "not identifiable", note="no measured cell is sensitive to it; "
-                                        "kept at 0")
+                blind_fits[k] = TermFit(k, 0.0, "not identifiable", note="no measured cell is sensitive to it "
+                                        "near the fit; kept at 0")
             keep = [i for i, k in enumerate(names) if k not in blind]
             names, x, upper = [names[i] for i in keep], sol.x[keep], upper[keep]
         return sol, names, blind_fits
@@ -130,6 +134,8 @@ def _fit(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str], start
     # the residuals are not convex in the terms (a kappa_c ridge against kappa_m and o): solve from the given start
     # and from the default one, and keep the better fit
     starts = [{**START, **(start or {})}] + ([dict(START)] if start else [])
+    if "contended_step" in terms:  # a floor masks kappa_m wherever it holds: also try without it
+        starts.append({**START, "contended_step": 0.0})
     best: tuple[float, Any, list[str], dict[str, TermFit]] | None = None
     for s0 in starts:
         x0 = np.array([max(s0.get(k, START[k]), STEP * SCALE[k]) / SCALE[k] for k in terms])
@@ -217,14 +223,14 @@ def _require_mix(cells: Sequence[Cell], what: str) -> None:
             f"{', '.join(sorted(techs)) or 'none'}")
 
 
-def fit_terms(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str] = TERMS,
+def fit_terms(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str] = FITTED,
               start: Mapping[str, float] | None = None) -> dict[str, TermFit]:
     """The iteration ``terms`` fitted to ``cells`` on top of ``env``'s network terms (see the module docstring),
     starting from ``start`` when given."""
     return _fit(cells, env, terms, start)[0]
 
 
-def leave_one_technique_out(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str] = TERMS,
+def leave_one_technique_out(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str] = FITTED,
                             start: Mapping[str, float] | None = None) -> list[LeftOut]:
     """For each technique: the terms fitted on the other techniques' cells (from ``start``: the fit on every cell
     makes a close start), and its own cells predicted with them."""
@@ -262,7 +268,7 @@ def prediction_stderr(cells: Sequence[Cell], env: cm.Environment, values: Mappin
 
 
 def calibrate(paths: Sequence[str | Path], *, environment: cm.Environment | None = None,
-              profile: cm.ModelProfile | None = None, terms: Sequence[str] = TERMS, name: str | None = None,
+              profile: cm.ModelProfile | None = None, terms: Sequence[str] = FITTED, name: str | None = None,
               leave_one_out: bool = True) -> CalibrationResult:
     """Calibrate an environment on measured records: alpha, beta, gamma from the sweeps (or ``environment``),
     then ``terms`` from the iterations, with 95% CIs and the leave-one-technique-out errors."""
@@ -299,6 +305,7 @@ def describe(values: Mapping[str, float]) -> str:
     for t in TERMS:
         if t in values:
             v = values[t]
-            parts.append(f"{t} {v * 1e6:.4g} us" if t == "host_overhead" else f"{t} {v:.4g}")
+            parts.append(f"{t} {v * 1e6:.4g} us" if t == "host_overhead" else
+                         f"{t} {v * 1e3:.4g} ms" if t == "contended_step" else f"{t} {v:.4g}")
     return ", ".join(parts)
 

@@ -48,7 +48,9 @@ def calibrate_command(
     profile: Annotated[str | None, typer.Option(
         help="model profile (shipped name or JSON) for every iteration [default: the records' profile records]")
     ] = None,
-    terms: Annotated[str, typer.Option(help="terms to calibrate, comma-separated")] = "kappa_c,kappa_m,host_overhead",
+    terms: Annotated[str, typer.Option(
+        help="terms to calibrate, comma-separated (also: contended_step, a message's least time per latency step "
+             "beside compute)")] = "kappa_c,kappa_m,host_overhead",
     name: Annotated[str | None, typer.Option(help="environment name [default: calibrated:<sweep fit name>]")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:

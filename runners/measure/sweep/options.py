@@ -191,12 +191,16 @@ def describe(op: str, nbytes: int) -> str:
 
 
 
+TIMING = "back_to_back"  # the calls run back to back after one barrier (timing.py); records without it: one per barrier
+
+
 def config_of(op: str, nbytes: int, opts: Options, world: int, equivalent: bool) -> dict[str, Any]:
     """The record's ``config`` of ``op`` at ``nbytes`` (rounded): what identifies it for ``--resume``."""
     cfg = {"op": op, "bytes": nbytes, "count": nbytes // DTYPES[opts.dtype][1], "dtype": opts.dtype,
            "warmup": opts.warmup, "iterations": opts.iters, "redop": "sum" if op in REDUCING else "none",
            "root": opts.root if op in ROOTED else -1, "nranks": world,
-           "equivalent": EQUIVALENTS[op] if equivalent else None, "check": opts.check}
+           "equivalent": EQUIVALENTS[op] if equivalent else None, "check": opts.check,
+           "timing": TIMING}
     if op == "sendrecv":
         cfg["peer"] = world - 1
     return cfg

@@ -1,10 +1,17 @@
 """Timing one prepared collective, and probing which ops the backend has.
 
 Timing: on GPUs (NCCL), CUDA events around each timed iteration; on CPUs (gloo, whose calls are
-synchronous), a barrier, then ``time.perf_counter`` around the call. Each iteration's time is the
-maximum over ranks (one MAX all-reduce after the timed loop, so it adds nothing to what is timed);
-the record keeps the median (``time_s``), p10, p90, min and every iteration's time. ``--check``
-counts the wrong output elements after the timed loop (see :mod:`.patterns`).
+synchronous), ``time.perf_counter`` around the call. The calls run back to back after one barrier, as a
+training iteration sends its messages and as nccl-tests times them. A barrier before every call made each
+call's time, the slowest rank's, hold the ranks' skew leaving the barrier and each rank's own hiccups: on 4
+gloo ranks at 2.5 Gbit/s, 1 KB-1 MB all-reduces back to back took 0.77-1.03 of the mean of the same calls
+timed one per barrier, 0.93 at the median of 15 (size, run) pairs and 0.91 of the 9 up to 64 KB
+(``bench/bench_overlap_diagnostics.py --only timing``, ``bench/results/bench_overlap_timing_2500mbit.json``),
+and per-tensor BSP, whose messages go back to back, was predicted 13-19% slow on most links of the shipped
+runs. Each iteration's time is the maximum over ranks (one MAX all-reduce after the timed loop, so it adds
+nothing to what is timed); the record keeps the median (``time_s``), p10, p90, min and every iteration's time,
+and ``config.timing`` says how they were timed. ``--check`` counts the wrong output elements after the timed
+loop (see :mod:`.patterns`).
 
 Where the backend lacks an op (a tiny probe call at start raises), the documented equivalent is
 used, said once in the output and recorded as ``config.equivalent``.
@@ -76,13 +83,14 @@ def measure(ctx: Context, prep: Prepared, warmup: int, iters: int, check: bool =
     call, prepare, barrier, arm = prep.call, prep.prepare, dist.barrier, dog.arm
     counted = prep.op != "sendrecv" or ctx.rank == 0
     elapsed: list[float] = []
+    arm(what)
+    barrier()  # once: the calls then run back to back (module docstring)
     if ctx.cuda:
         events = [(t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)) for _ in range(iters)]
         for i in range(warmup + iters):
             if prepare is not None:
                 prepare()
             arm(what)
-            barrier()
             if i < warmup:
                 call()
                 continue
@@ -100,7 +108,6 @@ def measure(ctx: Context, prep: Prepared, warmup: int, iters: int, check: bool =
             if prepare is not None:
                 prepare()
             arm(what)
-            barrier()
             c0 = cpu_clock()  # outside the timed part: a clock read of about a microsecond
             t0 = clock()
             call()
