@@ -25,9 +25,18 @@ class DefaultTerms:
     kappa_m: float
     host_overhead: float
     sources: Mapping[str, str]
+    contended_step: float = 0.0
 
     def values(self) -> dict[str, float]:
-        return {"kappa_c": self.kappa_c, "kappa_m": self.kappa_m, "host_overhead": self.host_overhead}
+        return {"kappa_c": self.kappa_c, "kappa_m": self.kappa_m, "host_overhead": self.host_overhead,
+                "contended_step": self.contended_step}
+
+
+NO_STEP_GPU = "NCCL's kernels progress on the GPU whatever the host threads do: no contended step, 0"
+SHARED_STEP = ("measured on 4 gloo ranks over 2 cores (bench/results/bench_overlap_progress_*.json, "
+               "bench_overlap_wfbp_*.json, bench_overlap_timing_2500mbit.json): 5-21 ms per latency step beside "
+               "compute that fills the cores; not a default (0), because priced alone it made the shipped runs' "
+               "(c) worse (README, Validation): calibrate it with --terms ...,contended_step")
 
 
 GPU_NCCL = DefaultTerms(
@@ -39,6 +48,7 @@ GPU_NCCL = DefaultTerms(
                    "MI250 and MI210",
         "kappa_m": "no published measurement of NCCL's slowdown under concurrent compute found: 0",
         "host_overhead": "no published per-message dispatch cost of DDP/NCCL found: 0",
+        "contended_step": NO_STEP_GPU,
     })
 CPU_GLOO = DefaultTerms(
     "CPU ranks, gloo", kappa_c=0.0, kappa_m=0.0, host_overhead=0.0,
@@ -46,14 +56,16 @@ CPU_GLOO = DefaultTerms(
         "kappa_c": "not yet measured: 0",
         "kappa_m": "not yet measured: 0",
         "host_overhead": "not yet measured: 0",
+        "contended_step": "not measured on hosts with spare cores: 0",
     })
 OLDER_GPU_NCCL = DefaultTerms(
     "GPU ranks before A100, NCCL", 0.0, 0.0, 0.0,
     {"kappa_c": "arXiv:2507.03114 measured A100, H100, MI250 and MI210 only; no published value for older GPUs: 0",
-     "kappa_m": GPU_NCCL.sources["kappa_m"], "host_overhead": GPU_NCCL.sources["host_overhead"]})
+     "kappa_m": GPU_NCCL.sources["kappa_m"], "host_overhead": GPU_NCCL.sources["host_overhead"],
+     "contended_step": NO_STEP_GPU})
 NONE = DefaultTerms("no interference or overhead assumed (ideal, mpich)", 0.0, 0.0, 0.0,
                     {"kappa_c": "no default for this library", "kappa_m": "no default for this library",
-                     "host_overhead": "no default for this library"})
+                     "host_overhead": "no default for this library", "contended_step": "no default for this library"})
 
 
 def shared_cores_entry(env: Any, host: SharedHost) -> DefaultTerms:
@@ -65,7 +77,8 @@ def shared_cores_entry(env: Any, host: SharedHost) -> DefaultTerms:
            f"ns/B{'; ' + host.source if host.source else ''}; gamma = {env.gamma:.3g} s/B), of a fair share of "
            f"{t['fair_cores']:.2f}")
     return DefaultTerms("CPU ranks, gloo, sharing cores with their network", t["kappa_c"], t["kappa_m"], 0.0,
-                        {"kappa_c": why, "kappa_m": why, "host_overhead": CPU_GLOO.sources["host_overhead"]})
+                        {"kappa_c": why, "kappa_m": why, "host_overhead": CPU_GLOO.sources["host_overhead"],
+                         "contended_step": SHARED_STEP})
 
 
 def default_entry(env: Any, host: SharedHost | None = None) -> DefaultTerms:
@@ -82,5 +95,6 @@ def default_entry(env: Any, host: SharedHost | None = None) -> DefaultTerms:
 
 
 def default_terms(env: Any, host: SharedHost | None = None) -> dict[str, float]:
-    """``{kappa_c, kappa_m, host_overhead}`` that commscope ships for ``env``'s kind of system (and ``host``)."""
+    """``{kappa_c, kappa_m, host_overhead, contended_step}`` that commscope ships for ``env``'s kind of system (and
+    ``host``)."""
     return default_entry(env, host).values()

@@ -13,7 +13,7 @@ import pytest
 import costmodels as cm
 from runners import reference, results
 from runners.calibrate import calibrate
-from runners.calibrate.solve import predict_cells, with_terms
+from runners.calibrate.solve import TERMS, predict_cells, with_terms
 from runners.cli import main
 
 SHIPPED = Path(__file__).resolve().parents[1] / "runners" / "reference" / "validation" / "2500mbit"
@@ -97,7 +97,7 @@ def test_a_contended_step_is_recovered_and_masks_kappa_m(tmp_path):
     above 1 + kappa_m = 1.2). The step, kappa_c and o come back; kappa_m acts on no cell and is said so."""
     path, env = _write(tmp_path, _environment(), models=("resnet_small", "resnet_slow"),
                        truth={**TRUTH, "contended_step": 1e-3})
-    res = calibrate([path], environment=env, leave_one_out=False)
+    res = calibrate([path], environment=env, leave_one_out=False, terms=TERMS)
     got = {k: f.value for k, f in res.terms.items()}
     assert got["contended_step"] == pytest.approx(1e-3, rel=1e-3)
     assert got["kappa_c"] == pytest.approx(TRUTH["kappa_c"], rel=1e-3)
@@ -152,8 +152,18 @@ def test_cli_json_is_strict_json(tmp_path, capsys):
     assert data["written"] is None
 
 
+def test_cli_fits_the_contended_step_on_request(tmp_path, capsys):
+    path, _ = _write(tmp_path, _environment(), techniques=TECHNIQUES[:3], ps=(4,),
+                     truth={**TRUTH, "contended_step": 1e-3})
+    assert main(["calibrate", str(path), "--environment", str(tmp_path / "env.json"), "--json",
+                 "--terms", "kappa_c,kappa_m,host_overhead,contended_step"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    step = data["terms"]["contended_step"]
+    assert step["unit"] == "s/step" and step["value"] == pytest.approx(1e-3, rel=0.01)
+
+
 @pytest.mark.parametrize("args, message", [
-    (["--terms", "kappa_x"], "unknown term(s) kappa_x; allowed: kappa_c, kappa_m, host_overhead"),
+    (["--terms", "kappa_x"], "unknown term(s) kappa_x; allowed: kappa_c, kappa_m, host_overhead, contended_step"),
     (["--environment", "no-such-preset"], "no-such-preset"),
 ])
 def test_cli_bad_options_are_one_line(tmp_path, capsys, args, message):
@@ -248,12 +258,12 @@ def test_left_out_predictions_carry_the_delta_method_standard_error(tmp_path):
     import numpy as np
 
     from runners.calibrate.cells import gather_cells
-    from runners.calibrate.solve import TERMS, _fit, leave_one_technique_out, predict_cells
+    from runners.calibrate.solve import FITTED, _fit, leave_one_technique_out, predict_cells
 
     path, env = _write(tmp_path, _environment(), noise=0.01, models=("resnet_small", "resnet_slow"))
     cells = gather_cells(results.load([path]).records, None)
     base = with_terms(env, {t: 0.0 for t in TERMS})
-    left = {lo.technique: lo for lo in leave_one_technique_out(cells, base)}
+    left = {lo.technique: lo for lo in leave_one_technique_out(cells, base)}  # FITTED, the default
     for lo in left.values():
         assert len(lo.stderr_s) == len(lo.predictions)
     # bsp's blocking chain does not depend on the terms (o sits inside the sweep's prices): no uncertainty
@@ -262,7 +272,7 @@ def test_left_out_predictions_carry_the_delta_method_standard_error(tmp_path):
     assert all(np.isfinite(wfbp.stderr_s)) and all(se > 1e-3 for se in wfbp.stderr_s)
     rest = [c for c in cells if c.technique != "wfbp"]
     mine = [c for c, _ in wfbp.predictions]
-    fits, _, free, cov = _fit(rest, base, TERMS)
+    fits, _, free, cov = _fit(rest, base, FITTED)
     values = {t: f.value for t, f in fits.items()}
     grads = []
     for t in free:
@@ -291,13 +301,13 @@ def test_the_fit_keeps_the_better_of_its_two_starts_on_a_flat_ridge():
     import numpy as np
 
     from runners.calibrate.cells import gather_cells
-    from runners.calibrate.solve import START, TERMS, _fit
+    from runners.calibrate.solve import FITTED, START, TERMS, _fit
 
     env = with_terms(_environment(), {t: 0.0 for t in TERMS})
     cells = [c for c in gather_cells(results.load([SHIPPED / "records.jsonl"]).records, None) if c.technique != "bsp"]
     ridge = {"kappa_c": 0.9411, "kappa_m": 0.6969, "host_overhead": 5.1e-4}  # the fit on every technique
-    _, from_ridge, *_ = _fit(cells, env, TERMS, ridge)
-    _, from_default, *_ = _fit(cells, env, TERMS, dict(START))
+    _, from_ridge, *_ = _fit(cells, env, FITTED, ridge)
+    _, from_default, *_ = _fit(cells, env, FITTED, dict(START))
     rss = float(np.sum(from_ridge**2))
     assert rss <= float(np.sum(from_default**2)) * (1 + 1e-9)
     assert rss == pytest.approx(0.2915, abs=5e-4) and float(np.sum(from_default**2)) == pytest.approx(0.3077, abs=5e-4)

@@ -20,6 +20,9 @@ METHOD = ("alpha, beta, gamma fitted to the collective sweeps; kappa_c, kappa_m 
           "Jacobian); 95% CIs from s^2 (J^T J)^-1 and Student's t")
 
 
+UNITS = {"kappa_c": "", "kappa_m": "", "host_overhead": "s/message", "contended_step": "s/step"}
+
+
 @dataclass(frozen=True)
 class TermFit:
     """One iteration term: value, status (fitted or not identifiable), 95% CI and standard error."""
@@ -32,7 +35,7 @@ class TermFit:
     note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "unit": "s/message" if self.name == "host_overhead" else "",
+        return {"value": self.value, "unit": UNITS.get(self.name, ""),
                 "status": self.status, "ci95": list(self.ci95) if self.ci95 else None, "stderr": self.stderr,
                 "note": self.note}
 

@@ -43,7 +43,6 @@ TERMS = ("kappa_c", "kappa_m", "host_overhead", "contended_step")  # what can be
 # what is calibrated unless asked otherwise: the contended step is measured (bench_overlap_diagnostics) but, fitted
 # as a fourth term on the shipped runs, it did not make the techniques left out any better (README, Validation)
 FITTED = ("kappa_c", "kappa_m", "host_overhead")
-UNITS = {"kappa_c": "", "kappa_m": "", "host_overhead": "s/message", "contended_step": "s/step"}
 # scale of each term in the solver's variables (O(1) steps): kappas as they are, the overhead and the step in ms
 SCALE = {"kappa_c": 1.0, "kappa_m": 1.0, "host_overhead": 1e-3, "contended_step": 1e-3}
 START = {"kappa_c": 0.05, "kappa_m": 0.05, "host_overhead": 1e-4, "contended_step": 1e-3}

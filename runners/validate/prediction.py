@@ -137,7 +137,8 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
                 se = stderr.get((tech, json.dumps(opts, sort_keys=True), model, p))
                 if se is not None and math.isfinite(se) and "predicted_calibrated_s" in result:
                     result["predicted_calibrated_stderr_s"] = se
-            result["default_terms"] = {k: getattr(defaults, k) for k in ("kappa_c", "kappa_m", "host_overhead")}
+            result["default_terms"] = {k: getattr(defaults, k) for k in ("kappa_c", "kappa_m", "host_overhead",
+                                                                         "contended_step")}
             if "predicted_s" in result:  # which term accounts for the error of the best prediction available
                 e = with_terms(base, loto[tech]) if tech in loto else base
                 contrib = contributions(tech, opts, prof, e, p)
