@@ -90,11 +90,11 @@ class Frozen:
     off: np.ndarray
     labels: tuple[tuple[str, str], ...]
     nbytes: np.ndarray
-    ratio: np.ndarray  # (T + 1, C): floor / work of each COMM task (0: no floor), the slowdown it is held to
+    ratio: np.ndarray | None  # (T + 1, C): floor / work of each COMM task, the slowdown it is held to; None: none
 
     @property
     def floored(self) -> bool:
-        return bool(self.ratio.any())
+        return self.ratio is not None
 
     @property
     def tasks(self) -> int:
@@ -132,10 +132,13 @@ class Graph:
         key = np.atleast_1d(np.asarray(key, dtype=float))
         n = len(key)
         work = np.broadcast_to(np.asarray(work, dtype=float), (self.configs, n)).T
-        floor = np.broadcast_to(np.asarray(floor, dtype=float), (self.configs, n)).T
-        if kind != COMM and floor.any():
-            raise CommscopeError("internal error: only a message (COMM task) has a contended floor")
-        ratio = np.divide(floor, work, out=np.zeros_like(floor), where=work > 0)
+        floor = np.asarray(floor, dtype=float)
+        ratio = None  # most graphs have no floor: nothing is allocated for it
+        if floor.any():
+            if kind != COMM:
+                raise CommscopeError("internal error: only a message (COMM task) has a contended floor")
+            floor = np.broadcast_to(floor, (self.configs, n)).T
+            ratio = np.divide(floor, work, out=np.zeros_like(floor), where=work > 0)
         dep = np.broadcast_to(np.asarray(dep, dtype=np.int64), (n,))
         labels = [labels] * n if isinstance(labels, tuple) else list(labels)
         if stream not in self.streams:
@@ -159,9 +162,13 @@ class Graph:
         order = np.lexsort((np.arange(len(key)), key, stream))
         inv = np.empty_like(order)
         inv[order] = np.arange(len(order))
-        work, ratio = np.empty((len(order), self.configs)), np.empty((len(order), self.configs))
+        work = np.empty((len(order), self.configs))
+        floored = any(p[8] is not None for p in self._parts)
+        ratio = np.zeros((len(order), self.configs)) if floored else None
         for p in self._parts:
-            work[inv[p[7]]], ratio[inv[p[7]]] = p[3], p[8]
+            work[inv[p[7]]] = p[3]
+            if p[8] is not None:
+                ratio[inv[p[7]]] = p[8]
         stream, kind, nbytes = stream[order], kind[order], np.concatenate([p[5] for p in self._parts])[order]
         dep = np.where(dep[order] >= 0, inv[np.maximum(dep[order], 0)], -1)
         labels = [labels[i] for i in order]
@@ -175,15 +182,17 @@ class Graph:
                 new = np.cumsum(keep) - 1
                 dep = np.where(dep >= 0, target[np.maximum(dep, 0)], -1)[keep]
                 dep = np.where(dep >= 0, new[np.maximum(dep, 0)], -1)
-                stream, kind, work, nbytes, ratio = stream[keep], kind[keep], work[keep], nbytes[keep], ratio[keep]
+                stream, kind, work, nbytes = stream[keep], kind[keep], work[keep], nbytes[keep]
+                ratio = None if ratio is None else ratio[keep]
                 labels = [lab for lab, k in zip(labels, keep, strict=True) if k]
             # within a run only the last task can be waited for, so waits move to the merged task
             waited = np.zeros(len(stream), dtype=bool)
             waited[dep[dep >= 0]] = True
             joint = np.zeros(len(stream), dtype=bool)  # task i joins task i - 1
             joint[1:] = (stream[1:] == stream[:-1]) & (kind[1:] == kind[:-1]) & (dep[1:] < 0) & ~waited[:-1]
-            floored = ratio.any(axis=1)
-            joint[1:] &= ~floored[1:] & ~floored[:-1]  # floored messages keep their own ratios
+            if ratio is not None:  # floored messages keep their own ratios
+                held = ratio.any(axis=1)
+                joint[1:] &= ~held[1:] & ~held[:-1]
             if joint.any():
                 heads = np.flatnonzero(~joint)
                 new = np.cumsum(~joint) - 1
@@ -191,7 +200,8 @@ class Graph:
                 merged = work[heads]
                 for j in np.flatnonzero(ends - heads > 1):  # few runs are longer than one task
                     merged[j] = work[heads[j]:ends[j]].sum(axis=0)
-                work, nbytes, ratio = merged, np.add.reduceat(nbytes, heads), ratio[heads]
+                work, nbytes = merged, np.add.reduceat(nbytes, heads)
+                ratio = None if ratio is None else ratio[heads]
                 dep = np.where(dep[heads] >= 0, new[np.maximum(dep[heads], 0)], -1)
                 stream, kind, labels = stream[heads], kind[heads], [labels[i] for i in heads]
         off = np.searchsorted(stream, np.arange(len(self.streams) + 1))
@@ -199,7 +209,7 @@ class Graph:
         return Frozen(tuple(self.streams), np.append(stream, -1), np.append(kind, HOST), np.append(dep, -1),
                       np.append(dep_stream, 0), np.concatenate([work, np.zeros((1, self.configs))]), off,
                       (*labels, ("", "")), np.append(nbytes, 0.0),
-                      np.concatenate([ratio, np.zeros((1, self.configs))]))
+                      None if ratio is None else np.concatenate([ratio, np.zeros((1, self.configs))]))
 
 
 def chain(g: Frozen) -> list[int] | None:
@@ -248,9 +258,8 @@ def run_many(g: Frozen, kappa_c: np.ndarray, kappa_m: np.ndarray) -> np.ndarray:
     # per stream and configuration, of its current task: where its dependency's stream is, what it waits for,
     # its kind; rewritten only where a task ends
     at, waits, comp_k, comm_k = dep_at[pos] + cols, dep[pos], is_comp[pos], is_comm[pos]
-    floored = g.floored
-    ratios = g.ratio.reshape(-1)
-    held = np.take(ratios, pos * c + cols) if floored else None  # the current message's floor / work
+    ratios = g.ratio.reshape(-1) if g.ratio is not None else None
+    held = None if ratios is None else np.take(ratios, pos * c + cols)  # the current message's floor / work
     flat = [x.reshape(-1) for x in (pos, rem, at, waits, comp_k, comm_k)]
     col_of = np.tile(cols, len(first))
     one = np.ones((1, c))
@@ -286,7 +295,7 @@ def run_many(g: Frozen, kappa_c: np.ndarray, kappa_m: np.ndarray) -> np.ndarray:
 def run_one(g: Frozen, kappa_c: float, kappa_m: float, row: int = 0) -> tuple[float, list[float], list[float]]:
     """:func:`run_many` for one configuration in plain Python: (end, start of each task, end of each task)."""
     work, kind, dep, dstream = g.work[:, row].tolist(), g.kind.tolist(), g.dep.tolist(), g.dep_stream.tolist()
-    ratio = g.ratio[:, row].tolist()
+    ratio = g.ratio[:, row].tolist() if g.ratio is not None else [0.0] * len(work)
     stop = g.off[1:].tolist()
     pos = g.off[:-1].tolist()
     streams = range(len(pos))

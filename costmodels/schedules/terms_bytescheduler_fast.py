@@ -48,6 +48,7 @@ def periods(work: np.ndarray, n: int, iterations: int, layer_of: np.ndarray, siz
     when None), a batch's transfer held to max(1 + km, its floor / its transfer) beside compute.
     """
     c, parts, two_n = price.shape[0], len(size_of), 2 * n
+    floored = floor is not None and bool(np.any(floor))
     first_of_layer = np.searchsorted(layer_of, np.arange(n))
     first_ready = np.append(first_of_layer, parts)
     last = np.append(first_of_layer[1:], parts) - 1  # last partition of each layer
@@ -81,9 +82,9 @@ def periods(work: np.ndarray, n: int, iterations: int, layer_of: np.ndarray, siz
          "depth": np.zeros(c, dtype=np.int64),
          "seen": np.full(c, parts), "cnt": np.zeros(c, dtype=np.int64),
          "cp": np.concatenate([np.zeros((c, 1)), np.cumsum(price, axis=1)], axis=1),
-         "cf": np.zeros((c, parts + 1)) if floor is None else
-         np.concatenate([np.zeros((c, 1)), np.cumsum(np.broadcast_to(floor, (c, parts)), axis=1)], axis=1),
-         "held": np.zeros(c),
+         **({} if not floored else {
+             "cf": np.concatenate([np.zeros((c, 1)), np.cumsum(np.broadcast_to(floor, (c, parts)), axis=1)], axis=1),
+             "held": np.zeros(c)}),
          "o": o.astype(float), "kc": kc.astype(float), "km": km.astype(float), "ids": np.arange(c),
          "neg": np.zeros(c) if neg is None else np.broadcast_to(np.asarray(neg, float), (c,)).copy()}
     s["starts"][:, 0] = 0.0 if q0 else np.nan
@@ -116,7 +117,9 @@ def periods(work: np.ndarray, n: int, iterations: int, layer_of: np.ndarray, siz
                 _choose(s, cand[ok], ready_from[ok], reach, big, credit, parts)
         on_wire = phase == 2
         c_slow = 1.0 + s["kc"] * on_wire
-        l_slow = np.maximum(1.0 + s["km"] * (on_wire & run), s["held"] * (on_wire & run))
+        l_slow = 1.0 + s["km"] * (on_wire & run)
+        if floored:
+            l_slow = np.maximum(l_slow, s["held"] * (on_wire & run))
         need_c = np.where(run, rem * c_slow, np.inf)
         need_l = s["lw"] * l_slow  # the issue (rate 1), the transfer, or inf while the link is free
         dt = np.minimum(need_c, need_l)
@@ -156,7 +159,9 @@ def _choose(s: dict, i: np.ndarray, r: np.ndarray, reach: np.ndarray, big: np.nd
     """Configurations ``i`` put the batch of highest priority within the credit on the link; ``r``: their R.
     ``reach[x]``: the end of a batch that starts at x with the whole credit."""
     seen, depth = s["seen"][i], s["depth"][i]
-    stack_lo, stack_hi, cp, cf = s["lo"].reshape(-1), s["hi"].reshape(-1), s["cp"].reshape(-1), s["cf"].reshape(-1)
+    stack_lo, stack_hi, cp = s["lo"].reshape(-1), s["hi"].reshape(-1), s["cp"].reshape(-1)
+    floored = "cf" in s
+    cf = s["cf"].reshape(-1) if floored else cp
     new = r < seen  # newly ready partitions [r, seen) go below every unsent one: the bottom interval
     top = i * s["lo"].shape[1] + np.maximum(depth - 1, 0)
     lo, hi = np.where(new, r, stack_lo[top]), np.where(new, seen, stack_hi[top])
@@ -181,14 +186,16 @@ def _choose(s: dict, i: np.ndarray, r: np.ndarray, reach: np.ndarray, big: np.nd
         end = np.minimum(np.searchsorted(big, big[lo] + budget[sel], side="right") - 1, hi)
         cnt[sel] += end - lo
         wire[sel] += s["cp"][k, end] - s["cp"][k, lo]
-        bf[sel] += s["cf"][k, end] - s["cf"][k, lo]
+        if floored:
+            bf[sel] += s["cf"][k, end] - s["cf"][k, lo]
         budget[sel] -= big[end] - big[lo]
         whole = end == hi
         s["lo"][k, d], s["depth"][k] = end, d + 1 - whole
         sel = sel[whole & (d > 0)]
     host = s["o"][i] * cnt + s["neg"][i]
     s["cnt"][i], s["wire"][i], s["u"][i] = cnt, wire, u
-    s["held"][i] = np.divide(bf, wire, out=np.zeros_like(bf), where=wire > 0)
+    if floored:
+        s["held"][i] = np.divide(bf, wire, out=np.zeros_like(bf), where=wire > 0)
     issuing = host > 0  # no issuing time: on the wire at once
     s["phase"][i] = np.where(issuing, 1, 2)
     s["lw"][i] = np.where(issuing, host, wire)
