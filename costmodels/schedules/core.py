@@ -45,6 +45,7 @@ from ..messages import WIRE, Comm, Wire
 from ..profiles import DTYPE_BYTES, ModelProfile
 from ..registry import Registry
 from ..timeline import Event, Timeline
+from .contended import contended_floor
 
 # symbols of the closed forms
 F, B, C = sp.symbols("F B C", nonnegative=True)  # forward, backward, sum of communication times
@@ -177,28 +178,8 @@ class Configurations:
         return LinkComm(primitive, self.p, self.env, algorithm, params, overhead=self.overhead)
 
     def contended_floor(self, comm: Comm, sizes: Any) -> Any:
-        """The least time beside compute of each message ``comm`` prices, S x ``contended_step`` (:mod:`.engine`),
-        (C, m); 0 where no environment has a contended step.
-
-        S, the message's latency steps, is its price in the same library and algorithm on a link of unit alpha
-        (every level) and no bandwidth term: 2 (p - 1) for a ring all-reduce, (p - 1) below gloo's 8p bytes
-        (``GLOO_RING_SEGMENTS``), one per hop of each level for hierarchical ones. NCCL's per-hop latencies are
-        its own constants, not alpha: there S counts only what the environment's alpha prices."""
-        step = self.env.contended_step
-        if not np.any(step):
-            return 0.0
-        unit = replace(self.env, alpha=np.ones(self.env.shape), intra_alpha=np.ones(self.env.shape),
-                       beta=np.full(self.env.shape, 1e-300), intra_beta=np.full(self.env.shape, 1e-300),
-                       gamma=np.zeros(self.env.shape), burst_bytes=np.zeros(self.env.shape),
-                       **{k: np.zeros(self.env.shape) for k in ("kappa_c", "kappa_m", "host_overhead",
-                                                                "contended_step")})
-        wire = WIRE.get()
-        token = WIRE.set(None if wire is None else replace(wire, decode_per_byte=0.0))
-        try:
-            steps = Comm(comm.primitive, self.p, unit, comm.algorithm, comm.params)(sizes)
-        finally:
-            WIRE.reset(token)
-        return steps * step
+        """The least time beside compute of each message ``comm`` prices, (C, m) (:mod:`.contended`)."""
+        return contended_floor(comm, self.p, self.env, sizes)
 
     @cached_property
     def nbytes(self) -> np.ndarray:

@@ -41,7 +41,7 @@ recurrence above.
 
 **The contended step (derived here, measured in ``bench/bench_overlap_progress.py``).** A COMM task may carry a
 ``floor``: the least time it takes while compute runs beside it, S delta for a message of S latency steps
-(:attr:`.core.Configurations.contended_floor`). On CPU ranks that share their cores with compute, each step of a
+(:mod:`.contended`). On CPU ranks that share their cores with compute, each step of a
 message waits for the communication thread to get a core back: a 20 KB all-reduce (6 ring steps) on 4 ranks took
 2.3-6.6 ms alone and 64-116 ms beside compute, while a 4 MB one at 200 Mbit/s (41 ms per step on the wire)
 was only 3-5% slower. So a COMM task's slowdown while compute runs is
