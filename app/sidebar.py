@@ -163,7 +163,7 @@ def _terms(keep) -> dict:
                               format="%.2f", **keep("env_contended_step"),
                               **initial("env_contended_step", value=0.0),
                               help="The least time one latency step of a message takes while compute runs beside "
-                                   "it: CPU ranks sharing their cores wait for a core at every step (about 5-20 ms "
+                                   "it: CPU ranks sharing their cores wait for a core at every step (about 4-21 ms "
                                    "on 4 gloo ranks over 2 cores, bench/results/bench_overlap_*). A message of S "
                                    "steps then takes at least S times this beside compute; 0 on GPUs.")
     st.caption("0, 0, 0, 0: communication overlaps compute for free, as the alpha-beta model has it.")

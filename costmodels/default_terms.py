@@ -34,7 +34,7 @@ class DefaultTerms:
 
 NO_STEP_GPU = "NCCL's kernels progress on the GPU whatever the host threads do: no contended step, 0"
 SHARED_STEP = ("measured on 4 gloo ranks over 2 cores (bench/results/bench_overlap_progress_*.json, "
-               "bench_overlap_wfbp_*.json, bench_overlap_timing_2500mbit.json): 5-21 ms per latency step beside "
+               "bench_overlap_wfbp_*.json, bench_overlap_timing_2500mbit.json): 4-21 ms per latency step beside "
                "compute that fills the cores; not a default (0), because priced alone it made the shipped runs' "
                "(c) worse (README, Validation): calibrate it with --terms ...,contended_step")
 
