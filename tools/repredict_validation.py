@@ -1,9 +1,10 @@
 """Predict a finished ``commscope validate`` run again with today's models (the measurements are kept).
 
-    python tools/repredict_validation.py DIR      # e.g. runners/reference/validation
+    python tools/repredict_validation.py DIR [--terms kappa_c,kappa_m,host_overhead,contended_step]
 
 Replaces DIR's validation.jsonl, .csv and .md (each staged and renamed over the old one); exit 2 with one
-line when DIR holds no finished validation.
+line when DIR holds no finished validation or a term is unknown. ``--terms``: what prediction (b) calibrates
+(default: ``commscope calibrate``'s, kappa_c, kappa_m and host_overhead); run it on a copy to compare.
 """
 
 from __future__ import annotations
@@ -14,13 +15,23 @@ from costmodels.errors import CommscopeError
 
 
 def main(argv: list[str]) -> int:
+    from runners.calibrate.solve import TERMS
     from runners.validate.driver import repredict
 
-    if len(argv) != 1:
-        print("commscope: error: give one validation directory, e.g. runners/reference/validation", file=sys.stderr)
+    terms = None
+    if len(argv) == 3 and argv[1] == "--terms":
+        terms = [t for t in argv[2].split(",") if t]
+        bad = [t for t in terms if t not in TERMS]
+        if bad or not terms:
+            print(f"commscope: error: unknown term(s) {', '.join(bad) or '(none)'}; allowed: {', '.join(TERMS)}",
+                  file=sys.stderr)
+            return 2
+    elif len(argv) != 1:
+        print("commscope: error: give one validation directory, e.g. runners/reference/validation "
+              "[--terms T1,T2,...]", file=sys.stderr)
         return 2
     try:
-        records = repredict(argv[0])
+        records = repredict(argv[0], terms)
     except CommscopeError as exc:
         print(f"commscope: error: {exc}", file=sys.stderr)
         return 2

@@ -39,7 +39,8 @@ s_g + o + pair(f_g, ag_{g+1}): its forward phase stays closed). Where a message 
 segments, or segments several messages (WFBP's backward), the pairs chain at every event: that is the
 recurrence above.
 
-**The contended step (derived here, measured in ``bench/bench_overlap_progress.py``).** A COMM task may carry a
+**The contended step (derived here, measured by ``bench/bench_overlap_diagnostics.py --only progress --only
+wfbp``).** A COMM task may carry a
 ``floor``: the least time it takes while compute runs beside it, S delta for a message of S latency steps
 (:mod:`.contended`). On CPU ranks that share their cores with compute, each step of a
 message waits for the communication thread to get a core back: a 20 KB all-reduce (6 ring steps) on 4 ranks took

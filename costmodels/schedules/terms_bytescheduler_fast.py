@@ -161,7 +161,6 @@ def _choose(s: dict, i: np.ndarray, r: np.ndarray, reach: np.ndarray, big: np.nd
     seen, depth = s["seen"][i], s["depth"][i]
     stack_lo, stack_hi, cp = s["lo"].reshape(-1), s["hi"].reshape(-1), s["cp"].reshape(-1)
     floored = "cf" in s
-    cf = s["cf"].reshape(-1) if floored else cp
     new = r < seen  # newly ready partitions [r, seen) go below every unsent one: the bottom interval
     top = i * s["lo"].shape[1] + np.maximum(depth - 1, 0)
     lo, hi = np.where(new, r, stack_lo[top]), np.where(new, seen, stack_hi[top])
@@ -170,7 +169,8 @@ def _choose(s: dict, i: np.ndarray, r: np.ndarray, reach: np.ndarray, big: np.nd
     u = np.where(seen > 0, 0, lo)  # the batch's first partition is the lowest unsent one
     end = np.minimum(reach[lo], hi)
     row = i * (parts + 1)
-    cnt, wire, bf = end - lo, cp[row + end] - cp[row + lo], cf[row + end] - cf[row + lo]
+    cnt, wire = end - lo, cp[row + end] - cp[row + lo]
+    bf = s["cf"].reshape(-1)[row + end] - s["cf"].reshape(-1)[row + lo] if floored else None
     whole = end == hi
     slot = top + (new & (depth > 0))  # what is left of the bottom interval, if anything
     stack_lo[slot], stack_hi[slot] = end, hi

@@ -225,13 +225,14 @@ PREDICTIONS_NOTE = ("predictions: (a) the sweep-fitted environment alone; (b) ca
                     "overhead terms")
 
 
-def repredict(out: str | os.PathLike[str]) -> list[dict[str, Any]]:
+def repredict(out: str | os.PathLike[str], terms: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Predict a finished validation again with today's models: every environment directory's link is fitted again
     to its sweep (``environment.json`` replaced, atomically), and its records, that environment and its profiles
     go through :func:`compare` once more, and ``validation.jsonl``, ``.csv`` and ``.md``
     are replaced (each written beside and renamed over the old one, so a failure leaves the old files whole).
     The measurements are not touched. The command and the notes of the old ``validation.md`` are kept, the
-    host notes refreshed from each ``host_load.json``."""
+    host notes refreshed from each ``host_load.json``. ``terms``: what (b) calibrates (default: calibrate's
+    ``FITTED``)."""
     import tempfile
 
     import costmodels as cm
@@ -269,7 +270,7 @@ def repredict(out: str | os.PathLike[str]) -> list[dict[str, Any]]:
             continue
         measured = results.load(envdir / "records.jsonl").records
         recs = compare(measured, profs, env, envdir.name,
-                       host=host_cpu.shared_host(host_cpu_data, measured, int(plan.get("threads", 1))))
+                       host=host_cpu.shared_host(host_cpu_data, measured, int(plan.get("threads", 1))), terms=terms)
         load_file = envdir / "host_load.json"
         if load_file.is_file():
             load = json.loads(load_file.read_text())

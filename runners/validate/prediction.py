@@ -55,7 +55,7 @@ def shipped_defaults(env: Any, host: Any = None) -> Any:
 
 
 def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, environment: str,
-            host: Any = None, calibrate: bool = True) -> list[dict[str, Any]]:
+            host: Any = None, calibrate: bool = True, terms: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Validation records: one per measured cell (technique, options, model, p; repetitions together), with three
     predictions beside the measurement:
 
@@ -66,10 +66,11 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
         ``host`` its CPU ranks share, :class:`costmodels.cpu_sharing.SharedHost`, where given).
 
     ``profiles`` is one profile for every model, or a mapping from model name to profile; ``calibrate=False``
-    leaves (b) out (the slow part: a least-squares fit per technique left out).
+    leaves (b) out (the slow part: a least-squares fit per technique left out); ``terms``: the terms (b) fits
+    (default ``runners.calibrate.FITTED``).
     """
     from runners.calibrate import Cell, fit_terms, leave_one_technique_out
-    from runners.calibrate.solve import TERMS, with_terms
+    from runners.calibrate.solve import FITTED, TERMS, with_terms
 
     from .attribution import attribute, contributions
 
@@ -90,8 +91,9 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
     techs = {c.technique for c in cells}
     if calibrate and len(techs) >= 2 and any(c.overlaps for c in cells) and not all(c.overlaps for c in cells):
         try:
-            start = {t: f.value for t, f in fit_terms(cells, base).items()}
-            left_out = leave_one_technique_out(cells, base, start=start)
+            fitted = tuple(terms) if terms is not None else FITTED
+            start = {t: f.value for t, f in fit_terms(cells, base, fitted).items()}
+            left_out = leave_one_technique_out(cells, base, fitted, start=start)
             loto = {lo.technique: lo.terms for lo in left_out}
             stderr = {(c.technique, json.dumps(dict(c.options), sort_keys=True), c.model, c.p): se
                       for lo in left_out for (c, _), se in zip(lo.predictions, lo.stderr_s, strict=False)}
