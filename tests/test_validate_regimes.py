@@ -166,3 +166,20 @@ def test_repredict_replaces_the_tables_and_keeps_the_measurements(tmp_path):
     with pytest.raises(v.ValidationError, match="no finished validation"):
         repredict(empty)
     assert list(empty.iterdir()) == []
+
+
+def test_repredict_tool_refuses_unknown_terms_in_one_line(tmp_path, capsys):
+    """``tools/repredict_validation.py DIR --terms ...``: an unknown term is refused before anything is read."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("repredict_tool", root / "tools" / "repredict_validation.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main([str(tmp_path), "--terms", "kappa_c,kappa_x"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("commscope: error: unknown term(s) kappa_x; allowed:") and "contended_step" in err
+    assert err.count("\n") == 1 and list(tmp_path.iterdir()) == []
+    assert tool.main([str(tmp_path), "--terms", "contended_step"]) == 2  # no finished run there
+    assert "no finished validation" in capsys.readouterr().err
