@@ -21,9 +21,9 @@ MID_SIZES = (2**20, BANDWIDTH_REGIME)  # [1 MiB, 1 GiB): where the published tab
 TOLERANCE = 0.10
 PUBLISHED_COLUMNS = ["system", "environment", "op", "p", "bytes", "size", "regime", "measured_busbw_GBps",
                      "predicted_busbw_GBps", "busbw_error", "measured_s", "predicted_s", "time_error", "choice",
-                     "library", "citation"]
+                     "timing", "library", "citation"]
 SUMMARY_COLUMNS = ["system", "environment", "op", "p", "points", "sizes", "median_abs_error",
-                   "mid_median_error", "bw_median_error", "bw_max_abs_error", "bw_choice", "holds"]
+                   "mid_median_error", "bw_median_error", "bw_max_abs_error", "bw_choice", "holds", "timing"]
 
 
 def _regime(n: float) -> str:
@@ -33,7 +33,8 @@ def _regime(n: float) -> str:
 def published_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per published point (:func:`runners.reference.published_comparison`'s rows): measured and
     predicted busbw and time, busbw_error = predicted / measured - 1 (NaN where the table rounds the measured
-    busbw to 0), the library's choice ("ring/Simple") and the size's regime."""
+    busbw to 0), the library's choice ("ring/Simple"), the size's regime and how the source timed its calls
+    (:mod:`costmodels.harness`)."""
     out = []
     for r in rows:
         n = float(r["bytes"])
@@ -41,7 +42,8 @@ def published_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
         out.append({**{k: r[k] for k in ("system", "environment", "op", "p", "measured_busbw_GBps",
                                          "predicted_busbw_GBps", "busbw_error", "measured_s", "predicted_s",
                                          "time_error", "library", "citation")},
-                    "bytes": n, "size": cm.format_size(n), "regime": _regime(n), "choice": choice})
+                    "bytes": n, "size": cm.format_size(n), "regime": _regime(n), "choice": choice,
+                    "timing": r.get("timing", "back_to_back")})
     return pd.DataFrame(out, columns=PUBLISHED_COLUMNS)
 
 
@@ -65,7 +67,8 @@ def published_summary(frame: pd.DataFrame, tolerance: float = TOLERANCE) -> pd.D
                      "median_abs_error": _median(g["busbw_error"].abs()),
                      "mid_median_error": _median(mid["busbw_error"]), "bw_median_error": _median(bw["busbw_error"]),
                      "bw_max_abs_error": worst, "bw_choice": ", ".join(dict.fromkeys(bw["choice"])) or "-",
-                     "holds": bool(worst <= tolerance) if np.isfinite(worst) else False})
+                     "holds": bool(worst <= tolerance) if np.isfinite(worst) else False,
+                     "timing": g["timing"].iloc[0]})
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
@@ -95,9 +98,14 @@ def published_verdict(summary: pd.DataFrame, tolerance: float = TOLERANCE) -> st
         parts[-1] += f", and in the bandwidth regime on {'; '.join(named)}"
     parts[-1] += "."
     notes = []
+    timed_alone = summary.loc[summary["timing"] == "one_call_idle_device", "system"]
+    if len(timed_alone):
+        notes.append(f"{', '.join(timed_alone)} timed one call at a time on an idle device, so the prediction adds "
+                     f"PyTorch's host overhead per call ({cm.harness('one_call_idle_device').exposed_host_s * 1e6:.0f} "
+                     "us, costmodels.harness)")
     if misses["environment"].str.contains("noP2P").any():
         notes.append("PCIe without P2P: the receiving GPU reads its peer's data from host memory (about 4 GB/s), "
                      "slower than the host-staged copy the preset carries; that read path is not modelled")
     if notes:
-        parts.append("Known misses: " + "; ".join(notes) + ".")
+        parts.append("Notes: " + "; ".join(notes) + ".")
     return " ".join(parts)

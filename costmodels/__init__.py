@@ -17,6 +17,7 @@ from .default_terms import default_terms
 from .environment import Environment
 from .environment_array import EnvironmentArray
 from .errors import CommscopeError, DomainError, UnknownNameError
+from .harness import HARNESSES, Harness, harness
 from .libraries import LIBRARIES, Choice, Library, choice_bands, choose, libraries, library
 from .nccl_tests import algbw, busbw, busbw_factor
 from .presets import PRESETS
@@ -41,6 +42,7 @@ def environment(name: str) -> Environment:
 
 __all__ = [
     "COLLECTIVES",
+    "HARNESSES",
     "LIBRARIES",
     "PRESETS",
     "PRIMITIVES",
@@ -56,6 +58,7 @@ __all__ = [
     "Environment",
     "EnvironmentArray",
     "Event",
+    "Harness",
     "IterationResult",
     "Layer",
     "Library",
@@ -82,6 +85,7 @@ __all__ = [
     "environment",
     "environments",
     "format_size",
+    "harness",
     "libraries",
     "library",
     "load_profile",

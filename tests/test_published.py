@@ -49,7 +49,9 @@ def test_the_records_are_what_the_tool_makes_of_the_sources() -> None:
     assert [strip(r) for r in tool.records()] == [strip(r) for r in reference.published_records()]
 
 
-@pytest.mark.parametrize("system", ["8xA100-NVLink (stas00)", "2x8 H100 (A3 Mega)", "8xH200-NVLink (stas00)"])
+@pytest.mark.parametrize("system", ["8xA100-NVLink (stas00)", "2x8 H100 (A3 Mega)", "8xH200-NVLink (stas00)",
+                                    "8xH200 all_reduce_bench back to back (stas00)",
+                                    "8xH200 nccl-tests allreduce sweep (stas00)"])
 def test_nccl_model_within_10_percent_of_published_busbw_from_1_gib(system: str) -> None:
     errors = _errors(system)
     assert len(errors) >= 4
@@ -62,6 +64,50 @@ def test_nvls_on_h200_takes_nccls_nvls_graph() -> None:
     rows = reference.published_comparison("8xH200-NVLink (stas00)")
     assert {r["algorithm"] for r in rows if r["bytes"] >= 2**21} == {"nvls"}
     assert max(abs(e) for _, e in _errors("8xH200-NVLink (stas00)")) < 0.04
+
+
+def _table(system: str) -> dict[int, dict]:
+    return {r["bytes"]: r for r in reference.published_comparison(system)}
+
+
+def test_one_call_timing_holds_pytorchs_host_overhead() -> None:
+    # The same 8x H200 node timed two ways (runners/reference/published/sources.json): one dist.all_reduce per trial
+    # on an idle device, and calls queued back to back. Their difference per call is flat over three decades of
+    # size, 17.8-21.6 us from 32 KiB to 128 MiB (e.g. 32 KiB: 1.75 x 32768 B / 1.44 GB/s = 39.8 us against
+    # 1.75 x 32768 / 3.15 = 18.2 us, 21.6 us apart; 64 MiB: 338.9 against 318.4 us): an additive host cost, as
+    # costmodels.harness prices it (25 us, the source's 20-30 us)
+    one, queued = _table("8xH200-NVLink (stas00)"), _table("8xH200 all_reduce_bench back to back (stas00)")
+    diffs = [one[n]["measured_s"] - queued[n]["measured_s"] for n in one if 2**15 <= n <= 2**27]
+    assert len(diffs) == 13 and 17.5e-6 < min(diffs) and max(diffs) < 22e-6
+    assert one[2**15]["measured_s"] - queued[2**15]["measured_s"] == pytest.approx(21.6e-6, abs=0.1e-6)
+    # the prediction of a one-call record is the device time plus 25 us; of a queued one, the device time
+    for n in one:
+        assert one[n]["timing"] == "one_call_idle_device" and queued[n]["timing"] == "back_to_back"
+        assert one[n]["predicted_s"] == pytest.approx(one[n]["device_s"] + 25e-6, rel=1e-12)
+        assert queued[n]["predicted_s"] == queued[n]["device_s"] == pytest.approx(one[n]["device_s"], rel=1e-12)
+    # with it, the one-call table's small payloads are met: 32 KiB, 15.4 + 25 = 40.4 us against 39.8 (-1.4% busbw);
+    # without it they were 2.4-2.6x too fast (the +140% median this table had)
+    assert one[2**15]["busbw_error"] == pytest.approx(-0.014, abs=0.002)
+    assert all(abs(one[n]["busbw_error"]) <= 0.10 for n in (2**15, 2**16, 2**17, 2**18))
+
+
+def test_the_queued_tables_agree_with_each_other_as_the_author_says() -> None:
+    # all_reduce_bench.py's default and nccl-tests on the same node and NCCL: within 2% except 1-16 MiB, where
+    # nccl-tests reads 3-7% lower (the author's 'difference' column)
+    bench, tests = _table("8xH200 all_reduce_bench back to back (stas00)"), _table("8xH200 nccl-tests allreduce sweep "
+                                                                                   "(stas00)")
+    gaps = {n: tests[n]["measured_busbw_GBps"] / bench[n]["measured_busbw_GBps"] - 1 for n in bench}
+    assert all(abs(g) <= 0.017 for n, g in gaps.items() if not 2**20 <= n <= 2**24)
+    assert min(gaps[n] for n in gaps if 2**20 <= n <= 2**24) == pytest.approx(182.03 / 196.56 - 1)  # 8 MiB: -7.4%
+
+
+@pytest.mark.xfail(strict=True, reason="NVLS from 2 to 64 MiB: NCCL halves its NVLS chunk below 1 GiB, 64 MiB and "
+                   "8 MiB (enqueue.cc: 128 -> 64 -> 32 -> 16 KiB over nChannels x nHeads concurrent ops), and a "
+                   "pipeline of small chunks runs below the 5/6 x 8 x 40 GB/s the tuning model charges; that chunk "
+                   "term is not modelled (+15..+43% busbw against nccl-tests 2.30.7)")
+def test_nvls_mid_sizes_within_10_percent() -> None:
+    rows = _table("8xH200 nccl-tests allreduce sweep (stas00)")
+    assert all(abs(r["busbw_error"]) <= 0.10 for n, r in rows.items() if 2**21 <= n < 2**30)
 
 
 @pytest.mark.xfail(strict=True, reason="PCIe without peer-to-peer: the receiving GPU reads the peer's data from host "

@@ -5,7 +5,8 @@ records (runners/reference/published/records.jsonl): one "collective" record per
     python tools/make_published_records.py            # rewrites records.jsonl (atomically)
 
 Where a source gives no time (PyTorch benchmarks print bandwidths only), ``time_s`` is derived from the bus
-bandwidth with nccl-tests' factor (allreduce 2(p-1)/p, allgather (p-1)/p) and the record says so.
+bandwidth with nccl-tests' factor (allreduce 2(p-1)/p, allgather (p-1)/p) and the record says so. Each record's
+``config.timing`` names how the source timed its calls (:data:`costmodels.harness.HARNESSES`).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def records() -> list[dict]:
             time_s = n * factor / (busbw * 1e9) if derived else float(point["time_us"]) * 1e-6
             algbw = point.get("algbw_GBps")
             config = {"op": op, "bytes": n, "count": max(1, n // ELEMENT_BYTES), "dtype": "float32", "warmup": 5,
-                      "iterations": 20, "tool": system["tool"], "iterations_note": "not stated; nccl-tests defaults"}
+                      "iterations": 20, "tool": system["tool"], "iterations_note": "not stated; nccl-tests defaults",
+                      "timing": system["timing"]}
             result = {"time_s": time_s, "algbw_GBps": float(algbw) if algbw is not None else n / time_s / 1e9,
                       "busbw_GBps": busbw, "wrong": 0}
             if derived:
@@ -50,7 +52,8 @@ def records() -> list[dict]:
             rec = results.record("collective", config, result, run, source="published")
             rec.update(origin="published", system=system["system"], environment=system["environment"],
                        citation={"source": system["citation"], "url": system["url"], "where": system["where"],
-                                 "notes": system["notes"]})
+                                 "notes": system["notes"] + (" " + system["timing_note"] if "timing_note" in system
+                                                             else "")})
             out.append(results.validate(rec))
     return out
 
