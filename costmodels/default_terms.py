@@ -47,7 +47,12 @@ GPU_NCCL = DefaultTerms(
                    "computation by 18.9% on average (max 40.0%) over GPT and LLaMA training on 4 A100, H100, "
                    "MI250 and MI210",
         "kappa_m": "no published measurement of NCCL's slowdown under concurrent compute found: 0",
-        "host_overhead": "no published per-message dispatch cost of DDP/NCCL found: 0",
+        "host_overhead": "PyTorch's host overhead per torch.distributed call is 20-30 us (stas00/ml-engineering "
+                         "network/benchmarks/README.md; 17.8-21.6 us between the shipped one-call and queued 8x H200 "
+                         "tables, costmodels/harness.py), but it is 0 here: a schedule's o is charged on the thread "
+                         "that also runs compute and is taken out of the message's price, which fits CPU ranks whose "
+                         "sweep timed blocking calls; a GPU's host runs ahead of its kernels and NCCL's model prices "
+                         "device time, so neither holds there",
         "contended_step": NO_STEP_GPU,
     })
 CPU_GLOO = DefaultTerms(
