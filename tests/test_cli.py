@@ -203,6 +203,26 @@ def test_predict_library_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--library chooses the algorithm of 'auto': add -a auto" in capsys.readouterr().err
 
 
+def test_predict_timing_adds_the_benchmarks_host_overhead(capsys: pytest.CaptureFixture[str]) -> None:
+    # 8x H200 at 32 KiB: NCCL's ring/LL takes 15.41 us on the device; one call timed alone on an idle device
+    # prints 15.41 + 25 = 40.41 us (costmodels/harness.py), what the shipped one-call table measured (39.8 us)
+    args = ("-a", "auto", "--env", "NVLink-H100", "-p", "8", "-s", "32KiB")
+    queued, alone = predict_json(capsys, *args), predict_json(capsys, *args, "--timing", "one_call_idle_device")
+    assert queued["timing"] == "back_to_back" and alone["timing"] == "one_call_idle_device"
+    (q,), (a,) = queued["results"], alone["results"]
+    assert a["time_s"] == pytest.approx(q["time_s"] + 25e-6) and q["time_s"] == pytest.approx(15.41e-6, abs=0.01e-6)
+    assert a["busbw_GBps"] == pytest.approx(1.75 * 32768 / a["time_s"] / 1e9)
+    # p = 1 calls nothing: no overhead is added to a time of 0
+    (one,) = predict_json(capsys, "-a", "ring_allreduce", "--env", "NVLink-H100", "-p", "1", "-s", "1M",
+                          "--timing", "one_call_idle_device")["results"]
+    assert one["time_s"] == 0.0
+    assert "each time holds 25 us" in run_ok(capsys, "predict", "collective", *args, "--timing",
+                                                             "one_call_idle_device")
+    assert main(["predict", "collective", *args, "--timing", "nccl-tests"]) == 2
+    assert ("--timing must be one of back_to_back, one_call_idle_device, got 'nccl-tests'"
+            in capsys.readouterr().err)
+
+
 def test_predict_with_algorithm_parameter(capsys: pytest.CaptureFixture[str]) -> None:
     """``--param k=4`` reaches parameter_server (and changes its time from the default k = p)."""
     env = cm.environment("10GbE")

@@ -237,6 +237,12 @@ if show_band:
 if marks:
     st.caption("Dotted lines: crossover sizes, where two algorithms cost the same (table below).")
 if measured is not None and source == "published":
+    timings = {r["config"].get("timing", "back_to_back") for r in records}
+    if "one_call_idle_device" in timings:
+        h = cm.harness("one_call_idle_device")
+        st.caption(f"These points were timed one call at a time on an idle device: each holds PyTorch's host "
+                   f"overhead per call, about {h.exposed_host_s * 1e6:.0f} us, which the curves (the library's "
+                   f"device time) leave out; `commscope predict collective --timing one_call_idle_device` adds it.")
     for c in [c for c in citations(published_records()) if c["system"] == system]:
         st.caption(f"Published points: {c['source']}; {c['where']}. [{c['url']}]({c['url']})"
                    + (f" Notes: {c['notes']}" if c["notes"] else ""))

@@ -72,14 +72,21 @@ def predict_collective(
     library: Annotated[str | None, typer.Option(
         "--library", help="collective library choosing 'auto': nccl, gloo, mpich or ideal (the cheapest registered "
                           "algorithm) [default: the environment's]")] = None,
+    timing: Annotated[str, typer.Option(
+        "--timing", help="how the times are measured: back_to_back (calls queued, as nccl-tests does: device time) "
+                         "or one_call_idle_device (one call on an idle device: PyTorch's host overhead added)")
+    ] = "back_to_back",
     sort: Annotated[str | None, typer.Option("--sort", help=sort_help(COLLECTIVE_SORT))] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="the table as CSV on stdout")] = False,
 ) -> None:
     """Time, algbw and busbw of collective algorithms (nccl-tests conventions), and how much slower each is than
     the best at the same p and size ("vs best"); 'auto' shows the library's choice (algorithm, protocol and
-    channels) at each size."""
+    channels) at each size. --timing says what a benchmark would print (costmodels/harness.py)."""
     check_format(as_json, as_csv)
+    if timing not in cm.HARNESSES:
+        raise UsageError(f"--timing must be one of {', '.join(cm.HARNESSES.names())}, got {timing!r}")
+    harness = cm.harness(timing)
     sort_rows([], sort, COLLECTIVE_SORT)  # a bad --sort fails before any work
     environment = resolve_env(env, alpha, beta, gamma)
     if library is not None:
@@ -118,6 +125,8 @@ def predict_collective(
                     chosen, prim = None, c.primitive
                 factor_ = cm.busbw_factor(prim, ranks) if prim in ("allreduce", "reduce_scatter", "allgather",
                                                                      "all_to_all", "broadcast", "reduce") else None
+                if harness.exposed_host_s and ranks > 1:  # p = 1 calls nothing: no host overhead to add
+                    times = [float(harness.measured_time(t)) for t in times]
                 for i, (nbytes, algo, t) in enumerate(zip(sizes, algos, times, strict=False)):
                     bw = nbytes / t if t > 0 else None  # nothing to move (p = 1 or n = 0): no bandwidth
                     row = {"algorithm": algo, "p": ranks, "bytes": nbytes, "size": cm.format_size(nbytes),
@@ -136,8 +145,8 @@ def predict_collective(
         write_csv(rows)
         return
     if as_json:
-        print(json.dumps({"environment": environment.to_dict(), "results": rows, "published_check": checks},
-                         indent=2, allow_nan=False))
+        print(json.dumps({"environment": environment.to_dict(), "timing": timing, "results": rows,
+                          "published_check": checks}, indent=2, allow_nan=False))
         return
     from rich.table import Table
 
@@ -152,6 +161,9 @@ def predict_collective(
                       "-" if r["busbw_GBps"] is None else f"{r['busbw_GBps']:.3f}")
     console().print(table)
     console().print("vs best: how much longer than the fastest algorithm shown at the same p and size")
+    if harness.exposed_host_s:
+        console().print(f"timing {timing}: each time holds {harness.exposed_host_s * 1e6:.0f} us of host overhead "
+                        f"per call ({harness.source})")
     from rich.markup import escape
 
     for line in checks:
