@@ -30,6 +30,9 @@ repetition's, so their spread shows:
   over ranks; median and mean over calls, the sweep's fit takes the mean) and back to back (20 blocking calls
   after one barrier, divided by 20), as bsp per tensor sends them: whether the sweep's per-call protocol prices a
   training message right.
+* ``bsp``: per iteration and close in time, resnet_small's 47 gradients all-reduced one by one right after a real
+  backward (bsp per tensor), the same 47 with no compute before, and 47 back-to-back 1 KB all-reduces: whether a
+  message costs less right after compute than alone, and whether a latency probe taken beside a run tracks it.
 
 ``--json`` writes bench/results/bench_overlap_diagnostics.json (``--out`` another path). Exit code 2 with one line
 on bad input.
@@ -49,7 +52,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-EXPERIMENTS = ("interference", "buckets", "two_groups", "progress", "queue", "wfbp", "timing")
+EXPERIMENTS = ("interference", "buckets", "two_groups", "progress", "queue", "wfbp", "timing", "bsp")
 ITERS, WARMUP = 8, 2
 
 
@@ -312,6 +315,45 @@ def _timing(dist: Any, torch: Any) -> dict[str, Any]:
     return out
 
 
+def _bsp(dist: Any, torch: Any) -> dict[str, Any]:
+    """Per iteration, in one process group and close in time: resnet_small's 47 gradients all-reduced one by one
+    right after a real backward (bsp per tensor; from the slowest rank's end of backward, on the host's one
+    monotonic clock), the same 47 one by one after a barrier with no compute before, and 47 back-to-back 1 KB
+    all-reduces (a latency probe); each the slowest rank's time."""
+    from runners.training import zoo
+
+    entry = zoo.model("resnet_small")
+    model = entry.builder(seed=0)
+    x, y = entry.example_batch(32)
+    params = [q for q in model.parameters() if q.requires_grad]
+    small = [torch.ones(256) for _ in params]
+    rows = []
+
+    def slowest(t: float) -> float:
+        v = torch.tensor([t], dtype=torch.float64)
+        dist.all_reduce(v, op=dist.ReduceOp.MAX)
+        return float(v)
+
+    for it in range(WARMUP + 3 * ITERS):
+        model.zero_grad(set_to_none=True)
+        dist.barrier()
+        entry.loss_fn(model(x), y).backward()
+        t0 = time.perf_counter()  # CLOCK_MONOTONIC: one clock for every rank of the host
+        _one_by_one(dist, [q.grad for q in params])
+        ends = torch.tensor([t0, time.perf_counter()], dtype=torch.float64)
+        dist.all_reduce(ends, op=dist.ReduceOp.MAX)  # from the slowest rank's end of backward to the last finish
+        after_backward = float(ends[1] - ends[0])
+        alone = slowest(_after_barrier(dist, lambda: _one_by_one(dist, [q.grad for q in params])))
+        probe = slowest(_after_barrier(dist, lambda: _one_by_one(dist, small)))
+        if it >= WARMUP:
+            rows.append((after_backward, alone, probe))
+    m = statistics.median
+    return {"messages": len(params), "after_backward_ms": [r[0] * 1e3 for r in rows],
+            "alone_ms": [r[1] * 1e3 for r in rows], "probe_1KB_ms": [r[2] * 1e3 for r in rows],
+            "after_backward_over_alone": m(r[0] / r[1] for r in rows),
+            "after_backward_over_probe": m(r[0] / r[2] for r in rows)}
+
+
 def rank_side(experiment: str) -> int:
     import torch
     import torch.distributed as dist
@@ -319,7 +361,7 @@ def rank_side(experiment: str) -> int:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     res = {"interference": _interference, "buckets": _buckets, "two_groups": _two_groups, "progress": _progress,
-           "queue": _queue, "wfbp": _wfbp, "timing": _timing}[experiment](dist, torch)
+           "queue": _queue, "wfbp": _wfbp, "timing": _timing, "bsp": _bsp}[experiment](dist, torch)
     if dist.get_rank() == 0:
         print("RESULT " + json.dumps(res), flush=True)
     dist.destroy_process_group()

@@ -296,6 +296,19 @@ def test_validate_end_to_end_on_the_host(tmp_path) -> None:
     total = float(np.median([f + b for f, b, _, _ in probes]))
     assert prof.forward_s + prof.backward_s == pytest.approx(total)
     assert prof.forward_s == pytest.approx(total * f_med / (f_med + b_med))
+    # a latency probe after the sweep and before each of the 12 runs, beside the records, never in them
+    lat = results.load(tmp_path / "host" / "latency_probes.jsonl").records
+    assert len(lat) == 13 and lat[0]["config"]["probe"] == {"after": "sweep"}
+    assert all(r["kind"] == "collective" and r["config"]["bytes"] == 1024 and r["result"]["time_s"] > 0 for r in lat)
+    assert lat[1]["config"]["probe"]["repetition"] == 1 and lat[-1]["config"]["probe"]["repetition"] == 2
+    assert not any("probe" in r["config"] for r in results.load(tmp_path / "host" / "records.jsonl").records)
+    from runners.validate.latency import drift
+
+    d = drift(lat, "bsp", {"flatten": True}, "mlp")
+    mine = sorted(r["result"]["time_s"] for r in lat if r["config"]["probe"].get("technique") == "bsp"
+                  and r["config"]["probe"]["model"] == "mlp")
+    assert len(mine) == 2 and d == pytest.approx(0.5 * sum(mine) / lat[0]["result"]["time_s"])
+    assert drift(lat, "bsp", {"flatten": False}, "mlp") is None
 
 
 def test_fused_compressed_techniques_are_one_message_after_backward() -> None:

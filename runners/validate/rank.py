@@ -16,6 +16,7 @@ One process group does, in order, and appends every record to the plan's ``recor
    iteration waits for;
 4. **train**: each technique of the plan, warm-up then timed iterations (``runners.training.runner.train``),
    each after a short probe of the synchronised compute; the profile is then rescaled to the median of the probes.
+   A latency probe (:mod:`runners.validate.latency`) is taken after the sweep and before every technique's run.
 
 Steps 3 and 4 run for every workload (model, batch size) of the plan in turn, and step 4 ``repeats`` times
 with the techniques in rotated order, so that the spread over repetitions is measured and any drift of
@@ -106,6 +107,8 @@ def run(ctx: Any, plan: dict[str, Any]) -> int:
     from runners import results
     from runners.measure import sweep
 
+    from .latency import probe_and_keep
+
     workloads = plan.get("workloads") or [{"model": plan["model"], "batch_size": plan["batch_size"],
                                            "profile_path": plan["profile_path"], "techniques": plan["techniques"]}]
     repeats = int(plan.get("repeats", 1))
@@ -125,6 +128,7 @@ def run(ctx: Any, plan: dict[str, Any]) -> int:
                                       warmup=sw["warmup"], iters=iters, out=str(records), timeout=plan["timeout"])
             sweep.sweep(ctx, opts)
 
+    probe_and_keep(ctx, records, {"after": "sweep"})  # the latency the fit saw (latency.py)
     _say(ctx, f"{PROGRESS}stage 2/{stages}: fit")
     env_error: str | None = None
     if ctx.rank == 0:
@@ -151,6 +155,8 @@ def run(ctx: Any, plan: dict[str, Any]) -> int:
                           + (f" (repetition {r + 1}/{repeats})" if repeats > 1 else ""))
                 stage += 1
                 probes.append(_probe(ctx, plan, w))
+                probe_and_keep(ctx, records, {"technique": name, "options": options, "model": w["model"],
+                                              "repetition": r + 1})
                 if not _train(ctx, plan, w, name, options, threads, records):
                     failed.append(f"{name}:{w['model']}" if len(workloads) > 1 else name)
         _settle_profile(ctx, plan, w, probes)
