@@ -1,19 +1,21 @@
-"""What the contended step would do as a shipped default: the seven quick-suite runs predicted with it.
+"""What the contended step would do as a shipped default: the nine quick-suite runs predicted with it.
 
-    python bench/bench_contended_step.py [--steps 0,5,10,15] [--dir DIR ...]
+    python bench/bench_contended_step.py [--steps 0,5,10,15] [--dir DIR ...] [--probes]
 
-For each finished validation run (default: the seven shipped four-rank quick-suite runs) and each contended step
+For each finished validation run (default: the nine four-rank quick-suite runs in the repository) and each step
 (ms per latency step, ``Environment.contended_step``), every measured cell is predicted two ways from the run's
 own fitted environment and profiles: sweep-only (all terms 0 but the step) and (c), the shipped defaults
 (``costmodels.default_terms`` with the run's host) with the step. Printed: the median and max of |predicted /
 measured - 1| of (c) and how many (environment, model) cells get their fastest technique right (strictly: the
 measured fastest predicted fastest), and per technique the sweep-only error of each (environment, model), so
-that the step's effect on MG-WFBP, ByteScheduler and WFBP shows. Exit 2 with one line on bad input.
+that the step's effect on MG-WFBP, ByteScheduler and WFBP shows. ``--probes``: every cell at the latency the probes
+before its runs measured (:func:`runners.validate.latency.latency_scale`). Exit 2 with one line on bad input.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -24,17 +26,19 @@ ROOT = Path(__file__).resolve().parents[1]
 RUNS = ("bench/results/validation_4ranks_cpu", "bench/results/validation_4ranks_probes",
         "bench/results/validation_4ranks_probes_rerun", "runners/reference/validation",
         "runners/reference/validation-rerun", "runners/reference/validation-run3",
-        "bench/results/validation_4ranks_b2b")
+        "bench/results/validation_4ranks_b2b", "bench/results/validation_4ranks_latency",
+        "bench/results/validation_4ranks_latency_rerun")
 OVERLAPPING = ("wfbp", "mgwfbp", "bytescheduler")
 
 
-def scan(directory: Path, steps: list[float]) -> dict:
+def scan(directory: Path, steps: list[float], probes: bool = False) -> dict:
     sys.path.insert(0, str(ROOT))
     import costmodels as cm
     from runners import results as rs
     from runners.calibrate.cells import gather_cells
     from runners.calibrate.solve import TERMS, predict_grid, with_terms
     from runners.validate import host_cpu
+    from runners.validate.latency import FILE, latency_scale
     from runners.validate.prediction import shipped_defaults
 
     data = host_cpu.load(directory)
@@ -46,6 +50,10 @@ def scan(directory: Path, steps: list[float]) -> dict:
         env = with_terms(cm.Environment.load(envdir / "environment.json"), {t: 0.0 for t in TERMS})
         defaults = shipped_defaults(env, host_cpu.shared_host(data, recs, 1))
         cells = gather_cells(recs, None)
+        if probes and (envdir / FILE).is_file():  # each cell at the latency its runs' probes measured
+            kept = rs.load(envdir / FILE).records
+            cells = [dataclasses.replace(c, latency_scale=latency_scale(env, c.p, kept, c.technique, c.options,
+                                                                        c.model) or 1.0) for c in cells]
         envs = [with_terms(e, {"contended_step": s}) for e in (defaults, env) for s in steps]
         grid = predict_grid(cells, envs)
         measured = np.array([c.measured_s for c in cells])
@@ -73,7 +81,9 @@ def scan(directory: Path, steps: list[float]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", default="0,5,10,15", help="contended steps, ms, comma-separated")
-    ap.add_argument("--dir", action="append", type=Path, help="a finished validation run (default: the seven)")
+    ap.add_argument("--dir", action="append", type=Path, help="a finished validation run (default: the nine)")
+    ap.add_argument("--probes", action="store_true",
+                    help="each cell at the latency its runs' probes measured (runs with latency_probes.jsonl)")
     a = ap.parse_args(argv)
     try:
         steps = [float(x) * 1e-3 for x in a.steps.split(",") if x.strip()]
@@ -88,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"commscope: error: no finished validation in {', '.join(bad)}", file=sys.stderr)
         return 2
     for d in dirs:
-        out = scan(d, steps)
+        out = scan(d, steps, a.probes)
         print(f"== {d.relative_to(ROOT) if d.is_relative_to(ROOT) else d}")
         for s, v in out["defaults"].items():
             print(f"  (c) with {s:>6}: median {v['median_abs_error']:.1%}, max {v['max_abs_error']:.1%}, "

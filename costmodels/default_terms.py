@@ -33,10 +33,14 @@ class DefaultTerms:
 
 
 NO_STEP_GPU = "NCCL's kernels progress on the GPU whatever the host threads do: no contended step, 0"
-SHARED_STEP = ("measured on 4 gloo ranks over 2 cores (bench/results/bench_overlap_progress_*.json, "
-               "bench_overlap_wfbp_*.json, bench_overlap_timing_2500mbit.json): 4-21 ms per latency step beside "
-               "compute that fills the cores; not a default (0), because priced alone it made the shipped runs' "
-               "(c) worse (README, Validation): calibrate it with --terms ...,contended_step")
+SHARED_STEP = ("measured on 4 gloo ranks over 2 cores: 4-11 ms per latency step in a real backward "
+               "(bench/results/bench_overlap_wfbp_*.json, bench_overlap_timing_2500mbit.json; 10-21 ms beside a "
+               "matmul loop, bench_overlap_progress_*.json). Not a default (0): priced on the sweep's alpha it made "
+               "(c) worse on six of seven runs, because that alpha over-prices a back-to-back 1 KB all-reduce "
+               "(by 27% and 39% at the median of two runs' cells, against validate's latency probes, "
+               "runners/validate/latency.py); with the probes' latency, 7.5 ms "
+               "took (c) from 5.8/28.1% to 4.8/24.6% (median/max) on one run and from 5.7/27.2% to 5.3/28.1% on the "
+               "next, not better on both (README, Validation): calibrate it with --terms ...,contended_step")
 
 
 GPU_NCCL = DefaultTerms(

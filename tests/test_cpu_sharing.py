@@ -61,7 +61,8 @@ def test_defaults_under_gloo_come_from_the_host_when_it_is_known() -> None:
     entry = default_entry(env, host)
     assert entry.values() == pytest.approx({"kappa_c": 1.0, "kappa_m": 1.0, "host_overhead": 0.0,
                                             "contended_step": 0.0})
-    assert "bench_overlap" in entry.sources["contended_step"]  # measured, and why it is not a default
+    # measured (4-11 ms per step in a backward), and why it is not a default
+    assert "bench_overlap" in entry.sources["contended_step"] and "4-11 ms" in entry.sources["contended_step"]
     assert "costmodels.cpu_sharing" in entry.sources["kappa_c"] and "test host" in entry.sources["kappa_c"]
     nccl = env.with_(library="nccl", compute_capability=80)  # GPUs: the host does not enter
     assert cm.default_terms(nccl, host) == cm.default_terms(nccl)

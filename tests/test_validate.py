@@ -9,6 +9,8 @@ import math
 import os
 import re
 import shutil
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -302,13 +304,16 @@ def test_validate_end_to_end_on_the_host(tmp_path) -> None:
     assert all(r["kind"] == "collective" and r["config"]["bytes"] == 1024 and r["result"]["time_s"] > 0 for r in lat)
     assert lat[1]["config"]["probe"]["repetition"] == 1 and lat[-1]["config"]["probe"]["repetition"] == 2
     assert not any("probe" in r["config"] for r in results.load(tmp_path / "host" / "records.jsonl").records)
-    from runners.validate.latency import drift
+    # the predictions take the sweep's latency unless asked (repredict --probes): none says a scale
+    from runners.validate.driver import repredict
 
-    d = drift(lat, "bsp", {"flatten": True}, "mlp")
-    mine = sorted(r["result"]["time_s"] for r in lat if r["config"]["probe"].get("technique") == "bsp"
-                  and r["config"]["probe"]["model"] == "mlp")
-    assert len(mine) == 2 and d == pytest.approx(0.5 * sum(mine) / lat[0]["result"]["time_s"])
-    assert drift(lat, "bsp", {"flatten": False}, "mlp") is None
+    assert not any("latency_scale" in r["result"] for r in recs)
+    again = {(r["config"]["technique"], r["config"]["model"], json.dumps(r["config"]["options"], sort_keys=True)): r
+             for r in repredict(tmp_path, probes=True)}
+    assert any("latency_scale" in r["result"] for r in again.values())
+    for r in recs:  # (a) with the probes' latency: the same cell priced on the environment scaled by its factor
+        a = again[(r["config"]["technique"], r["config"]["model"], json.dumps(r["config"]["options"], sort_keys=True))]
+        assert a["result"].get("latency_scale", 1.0) > 0 and math.isfinite(a["result"]["predicted_s"])
 
 
 def test_fused_compressed_techniques_are_one_message_after_backward() -> None:
@@ -405,3 +410,34 @@ def test_bench_validation_summarises_every_shipped_run() -> None:
         assert 0 <= u["over_15_percent_within_2_stderr"] <= u["over_15_percent"]
         assert u["within_2_stderr"] == sum(abs(r["error_calibrated"]) <= 2 * r["error_calibrated_stderr"]
                                            for r in table if math.isfinite(r["error_calibrated_stderr"]))
+
+
+def test_latency_scale_by_hand() -> None:
+    # gloo's ring all-reduce of 1 KiB on 4 ranks, alpha 1 ms, 1 Gbit/s: 6 alpha + 2 (3/4) 1024 B x 8 ns/B
+    # = 6 ms + 12.288 us = 6.012288 ms; with no latency 12.288 us. bsp per tensor's probes: 4.0 and 4.4 ms, median
+    # 4.2 ms -> s = (4.2 ms - 12.288 us) / 6 ms = 0.697952, and the scaled environment prices 1 KiB at 4.2 ms
+    from runners.calibrate.cells import scale_latency
+    from runners.validate.latency import latency_scale, probes_path
+
+    env = cm.Environment(name="t", alpha=1e-3, beta=8e-9, library="gloo")
+
+    def probe(t: float, **when: Any) -> dict[str, Any]:
+        return {"config": {"bytes": 1024, "probe": when}, "result": {"time_s": t}}
+
+    probes = [probe(5.0e-3, after="sweep"), probe(4.0e-3, technique="bsp", options={"flatten": False},
+                                                   model="resnet_small", repetition=1),
+              probe(4.4e-3, technique="bsp", options={"flatten": False}, model="resnet_small", repetition=2),
+              probe(9.9e-3, technique="bsp", options={"flatten": True}, model="resnet_small", repetition=1)]
+    s = latency_scale(env, 4, probes, "bsp", {"flatten": False}, "resnet_small")
+    assert s == pytest.approx(0.697952)
+    assert float(cm.choose("allreduce", 1024.0, 4, scale_latency(env, s)).time) == pytest.approx(4.2e-3)
+    # a plan's options match the record's defaults-filled ones (bsp's flatten is False unless set; MG-WFBP's paths
+    # are not options of the cell)
+    assert latency_scale(env, 4, probes, "bsp", {}, "resnet_small") == pytest.approx(0.697952)
+    mg = [probe(6.0123e-3, technique="mgwfbp", options={"env": "/r/environment.json", "profile": "/r/p.json"},
+                model="resnet_small", repetition=1)]
+    assert latency_scale(env, 4, mg, "mgwfbp", {"collective": None}, "resnet_small") == pytest.approx(1.0, abs=1e-4)
+    assert latency_scale(env, 4, probes, "bsp", {"flatten": False}, "gpt_wide") is None  # no probe of its own
+    assert latency_scale(env, 4, [probe(10e-6, technique="bsp", options={}, model="m")], "bsp", {}, "m") is None
+    assert scale_latency(env, 1.0) is env and scale_latency(env, 0.5).alpha == 0.5e-3
+    assert probes_path("/x/2500mbit/records.jsonl") == Path("/x/2500mbit/latency_probes.jsonl")

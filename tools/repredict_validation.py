@@ -1,10 +1,11 @@
 """Predict a finished ``commscope validate`` run again with today's models (the measurements are kept).
 
-    python tools/repredict_validation.py DIR [--terms kappa_c,kappa_m,host_overhead,contended_step]
+    python tools/repredict_validation.py DIR [--terms kappa_c,kappa_m,host_overhead,contended_step] [--probes]
 
 Replaces DIR's validation.jsonl, .csv and .md (each staged and renamed over the old one); exit 2 with one
 line when DIR holds no finished validation or a term is unknown. ``--terms``: what prediction (b) calibrates
-(default: ``commscope calibrate``'s, kappa_c, kappa_m and host_overhead); run it on a copy to compare.
+(default: ``commscope calibrate``'s, kappa_c, kappa_m and host_overhead); ``--probes``: every cell at the
+latency its runs' probes measured (runs that kept ``latency_probes.jsonl``). Run it on a copy to compare.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ def main(argv: list[str]) -> int:
     from runners.calibrate.solve import TERMS
     from runners.validate.driver import repredict
 
+    probes = "--probes" in argv[1:]
+    argv = [a for i, a in enumerate(argv) if not (i and a == "--probes")]
     terms = None
     if len(argv) == 3 and argv[1] == "--terms":
         terms = [t for t in argv[2].split(",") if t]
@@ -28,10 +31,10 @@ def main(argv: list[str]) -> int:
             return 2
     elif len(argv) != 1:
         print("commscope: error: give one validation directory, e.g. runners/reference/validation "
-              "[--terms T1,T2,...]", file=sys.stderr)
+              "[--terms T1,T2,...] [--probes]", file=sys.stderr)
         return 2
     try:
-        records = repredict(argv[0], terms)
+        records = repredict(argv[0], terms, probes)
     except CommscopeError as exc:
         print(f"commscope: error: {exc}", file=sys.stderr)
         return 2

@@ -44,6 +44,7 @@ class Cell:
     p90_s: float | None
     profile: cm.ModelProfile = field(repr=False)
     record_id: str = ""
+    latency_scale: float = 1.0  # the latency its runs saw over the sweep's (validate's probes; 1: the sweep's)
 
     @property
     def schedule(self) -> str | None:
@@ -65,6 +66,17 @@ class Cell:
 
     def label(self) -> str:
         return f"{self.technique} {self.model} p={self.p}"
+
+
+def scale_latency(env: cm.Environment, factor: float) -> cm.Environment:
+    """``env`` with its latencies (``alpha``, ``intra_alpha``) times ``factor``: the environment as a cell whose
+    runs saw ``factor`` times the sweep's small-message time (:mod:`runners.validate.latency`)."""
+    if factor == 1.0:
+        return env
+    from dataclasses import replace
+
+    intra = None if env.intra_alpha is None else env.intra_alpha * factor  # one level: no intra-node link
+    return replace(env, alpha=env.alpha * factor, intra_alpha=intra)
 
 
 def _profiles(records: Sequence[Mapping[str, Any]]) -> dict[str, cm.ModelProfile]:

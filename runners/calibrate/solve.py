@@ -36,7 +36,7 @@ import numpy as np
 import costmodels as cm
 from costmodels.errors import CommscopeError
 
-from .cells import OVERLAPPING, Cell, gather_cells, sweep_environment
+from .cells import OVERLAPPING, Cell, gather_cells, scale_latency, sweep_environment
 from .result import CalibrationResult, LeftOut, TermFit
 
 TERMS = ("kappa_c", "kappa_m", "host_overhead", "contended_step")  # what can be calibrated
@@ -60,12 +60,14 @@ def predict_grid(cells: Sequence[Cell], envs: Sequence[cm.Environment]) -> np.nd
     out = np.full((len(envs), len(cells)), math.nan)
     groups: dict[tuple[Any, ...], list[int]] = {}
     for i, c in enumerate(cells):
-        key = (c.technique, json.dumps(dict(c.options), sort_keys=True, default=str), c.model, c.p, id(c.profile))
+        key = (c.technique, json.dumps(dict(c.options), sort_keys=True, default=str), c.model, c.p, id(c.profile),
+               c.latency_scale)
         groups.setdefault(key, []).append(i)
     for idx in groups.values():
         c = cells[idx[0]]
+        mine = envs if c.latency_scale == 1.0 else [scale_latency(e, c.latency_scale) for e in envs]
         try:
-            col = predict_many(c.technique, c.options, c.profile, envs, c.p)
+            col = predict_many(c.technique, c.options, c.profile, mine, c.p)
         except CommscopeError:
             continue
         out[:, idx] = col[:, None]

@@ -225,14 +225,24 @@ PREDICTIONS_NOTE = ("predictions: (a) the sweep-fitted environment alone; (b) ca
                     "overhead terms")
 
 
-def repredict(out: str | os.PathLike[str], terms: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def latency_probes(envdir: Path) -> list[dict[str, Any]] | None:
+    """The latency probes an environment's job kept (:mod:`.latency`), or None (runs before them)."""
+    from .latency import FILE
+
+    path = envdir / FILE
+    return results.load(path).records if path.is_file() else None
+
+
+def repredict(out: str | os.PathLike[str], terms: Sequence[str] | None = None, probes: bool = False
+              ) -> list[dict[str, Any]]:
     """Predict a finished validation again with today's models: every environment directory's link is fitted again
     to its sweep (``environment.json`` replaced, atomically), and its records, that environment and its profiles
     go through :func:`compare` once more, and ``validation.jsonl``, ``.csv`` and ``.md``
     are replaced (each written beside and renamed over the old one, so a failure leaves the old files whole).
     The measurements are not touched. The command and the notes of the old ``validation.md`` are kept, the
     host notes refreshed from each ``host_load.json``. ``terms``: what (b) calibrates (default: calibrate's
-    ``FITTED``)."""
+    ``FITTED``); ``probes``: every cell at the latency its runs' probes measured (:mod:`.latency`; runs that kept
+    them)."""
     import tempfile
 
     import costmodels as cm
@@ -270,7 +280,8 @@ def repredict(out: str | os.PathLike[str], terms: Sequence[str] | None = None) -
             continue
         measured = results.load(envdir / "records.jsonl").records
         recs = compare(measured, profs, env, envdir.name,
-                       host=host_cpu.shared_host(host_cpu_data, measured, int(plan.get("threads", 1))), terms=terms)
+                       host=host_cpu.shared_host(host_cpu_data, measured, int(plan.get("threads", 1))), terms=terms,
+                       probes=latency_probes(envdir) if probes else None)
         load_file = envdir / "host_load.json"
         if load_file.is_file():
             load = json.loads(load_file.read_text())

@@ -8,7 +8,9 @@ taken at the same time says, and that drifts: in the shipped run ``validation-ru
 all-reduce at 5.4 ms where bsp's 47 per-tensor messages took 4.2 ms each minutes later. So the run probes the
 latency, as it probes the compute (:func:`runners.validate.rank._probe`), once after the sweep and once before every
 technique's run, and keeps every probe as a ``collective`` record in ``latency_probes.jsonl`` beside the run's
-records (not in them: no fit reads a probe as a sweep point).
+records (not in them: no fit reads a probe as a sweep point). A technique's predictions then take the latency its
+probes measured (:func:`latency_scale`): the sweep's fit prices every size with one alpha, and a small message
+back to back is what the probes time, right before the technique's own messages.
 
 A probe: one barrier, then ``calls`` back-to-back all-reduces of ``nbytes`` (float32), the slowest rank's
 elapsed time divided by ``calls``, the protocol of the sweep's own calls (``runners/measure/sweep/timing.py``).
@@ -20,6 +22,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from costmodels.errors import CommscopeError
 
 PROBE_CALLS = 40
 PROBE_BYTES = 1024
@@ -73,19 +77,51 @@ def probe_and_keep(ctx: Any, records: str | Path, when: Mapping[str, Any]) -> fl
     return seconds
 
 
-def drift(probes: Sequence[Mapping[str, Any]], technique: str, options: Mapping[str, Any], model: str
-          ) -> float | None:
-    """The latency a technique's runs saw against the sweep's: the median of the probes taken before its runs over
-    the probe taken after the sweep; None without both."""
+def probe_times(probes: Sequence[Mapping[str, Any]], technique: str, options: Mapping[str, Any], model: str
+                ) -> list[tuple[int, float]]:
+    """(bytes, seconds per call) of the probes taken before a technique's runs. Options match as the iteration
+    records keep them (the technique's defaults filled in, MG-WFBP's profile and environment paths left out)."""
     import json
+
+    def key(opts: Mapping[str, Any]) -> str:
+        from runners.training import technique as get_technique
+
+        try:
+            defaults = dict(get_technique(str(technique)).options)
+        except CommscopeError:
+            defaults = {}
+        merged = {k: v for k, v in {**defaults, **dict(opts)}.items() if k not in ("profile", "env")}
+        return json.dumps(merged, sort_keys=True, default=str)
+
+    want = key(options)
+    return [(int(p["config"]["bytes"]), float(p["result"]["time_s"])) for p in probes
+            if p["config"]["probe"].get("technique") == technique and p["config"]["probe"].get("model") == model
+            and key(p["config"]["probe"].get("options", {})) == want]
+
+
+def latency_scale(env: Any, p: int, probes: Sequence[Mapping[str, Any]], technique: str, options: Mapping[str, Any],
+                  model: str) -> float | None:
+    """The factor on ``env``'s latencies (``alpha``, ``intra_alpha``) that makes its library price the probe
+    message at what the probes before the technique's runs measured (their median)::
+
+        s = (t_probe - T(n; alpha = 0)) / (T(n) - T(n; alpha = 0))
+
+    exact, as the price is affine in the latencies (derived here). None without probes, or where the price has no
+    latency to scale or the factor would not be positive."""
+    import dataclasses
+    import math
     import statistics
 
-    def same(a: Mapping[str, Any]) -> bool:
-        return (a.get("technique") == technique and a.get("model") == model
-                and json.dumps(a.get("options", {}), sort_keys=True) == json.dumps(dict(options), sort_keys=True))
+    import costmodels as cm
 
-    sweep = [p["result"]["time_s"] for p in probes if p["config"]["probe"].get("after") == "sweep"]
-    mine = [p["result"]["time_s"] for p in probes if same(p["config"]["probe"])]
-    if not sweep or not mine:
+    mine = probe_times(probes, technique, options, model)
+    if not mine:
         return None
-    return statistics.median(mine) / statistics.median(sweep)
+    n = float(statistics.median(b for b, _ in mine))
+    measured = statistics.median(t for _, t in mine)
+    zero = dataclasses.replace(env, alpha=0.0, intra_alpha=None if env.intra_alpha is None else 0.0)
+    price, base = (float(cm.choose("allreduce", n, p, e).time) for e in (env, zero))
+    if not price > base:
+        return None
+    s = (measured - base) / (price - base)
+    return s if math.isfinite(s) and s > 0 else None

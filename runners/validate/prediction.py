@@ -55,7 +55,8 @@ def shipped_defaults(env: Any, host: Any = None) -> Any:
 
 
 def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, environment: str,
-            host: Any = None, calibrate: bool = True, terms: Sequence[str] | None = None) -> list[dict[str, Any]]:
+            host: Any = None, calibrate: bool = True, terms: Sequence[str] | None = None,
+            probes: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Validation records: one per measured cell (technique, options, model, p; repetitions together), with three
     predictions beside the measurement:
 
@@ -67,12 +68,16 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
 
     ``profiles`` is one profile for every model, or a mapping from model name to profile; ``calibrate=False``
     leaves (b) out (the slow part: a least-squares fit per technique left out); ``terms``: the terms (b) fits
-    (default ``runners.calibrate.FITTED``).
+    (default ``runners.calibrate.FITTED``). ``probes``: the run's latency probes (:mod:`.latency`); where a cell
+    has them, all three predictions take the environment's latencies scaled to what its probes measured
+    (``latency_scale`` in the record).
     """
     from runners.calibrate import Cell, fit_terms, leave_one_technique_out
+    from runners.calibrate.cells import scale_latency
     from runners.calibrate.solve import FITTED, TERMS, with_terms
 
     from .attribution import attribute, contributions
+    from .latency import latency_scale
 
     its = [r for r in records if r.get("kind") == "iteration"]
     groups: dict[tuple[str, str, str, int], list[Mapping[str, Any]]] = {}
@@ -83,9 +88,11 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
         return profiles.get(model) if isinstance(profiles, Mapping) else profiles
 
     base = with_terms(env, {t: 0.0 for t in TERMS})
+    scales = {k: (latency_scale(base, k[3], probes, k[0], json.loads(k[1]), k[2]) if probes else None) or 1.0
+              for k in groups}
     cells = [Cell(r["config"]["algorithm"], json.loads(k[1]), k[2], int(r["config"]["batch_size"]), k[3],
                   measured_time(r), r["result"].get("time_p10_s"), r["result"].get("time_p90_s"), profile_of(k[2]),
-                  str(r["id"])) for k, rs in groups.items() for r in rs if profile_of(k[2]) is not None]
+                  str(r["id"]), scales[k]) for k, rs in groups.items() for r in rs if profile_of(k[2]) is not None]
     loto: dict[str, Mapping[str, float]] = {}
     stderr: dict[tuple[str, str, str, int], float] = {}  # (b)'s standard error per cell, from the terms' covariance
     techs = {c.technique for c in cells}
@@ -104,6 +111,7 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
     out = []
     for (tech, opts_json, model, p), rs in groups.items():
         opts = json.loads(opts_json)
+        scale = scales[(tech, opts_json, model, p)]
         times = [measured_time(r) for r in rs]
         measured = float(np.median(times))
         prof = profile_of(model)
@@ -127,7 +135,7 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
                 if e is None:
                     continue
                 try:
-                    pred, how = predict(tech, opts, prof, e, p)
+                    pred, how = predict(tech, opts, prof, scale_latency(e, scale), p)
                 except CommscopeError as exc:
                     result.setdefault("how", f"not predicted: {exc}")
                     continue
@@ -141,8 +149,10 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
                     result["predicted_calibrated_stderr_s"] = se
             result["default_terms"] = {k: getattr(defaults, k) for k in ("kappa_c", "kappa_m", "host_overhead",
                                                                          "contended_step")}
+            if scale != 1.0:
+                result["latency_scale"] = scale
             if "predicted_s" in result:  # which term accounts for the error of the best prediction available
-                e = with_terms(base, loto[tech]) if tech in loto else base
+                e = scale_latency(with_terms(base, loto[tech]) if tech in loto else base, scale)
                 contrib = contributions(tech, opts, prof, e, p)
                 result["attribution"] = {**attribute(measured, contrib), "contributions_s": contrib,
                                          "prediction": "calibrated" if tech in loto else "sweep"}

@@ -1,11 +1,13 @@
-"""Issue 16: does the latency measured beside each technique's run predict it better than the sweep's?
+"""Issue 16: does the latency measured beside each technique's run predict it better than the sweep's fit?
 
-    python bench/bench_latency_drift.py DIR [--json]
+    python bench/bench_latency_probes.py DIR [--json]
 
 DIR is a finished ``commscope validate`` run whose environments kept latency probes (``latency_probes.jsonl``,
 :mod:`runners.validate.latency`: one after the sweep, one before every technique's run). For every cell, prediction
 (a) (the sweep-fitted environment, no interference terms) is made twice: as validate makes it, and with the
-environment's latencies (``alpha``, ``intra_alpha``) scaled by the drift the probes saw, the median of the probes
+environment's latencies (``alpha``, ``intra_alpha``) scaled so that the library prices the probe message at what
+the probes before the technique's runs measured (:func:`runners.validate.latency.latency_scale`; what validate's
+predictions now take), the median of the probes
 before that technique's runs over the probe after the sweep. Both errors are printed per cell, with the median and
 largest |error| and the winner per (environment, model) for each. Exit code 2 with one line on bad input.
 """
@@ -13,7 +15,6 @@ largest |error| and the winner per (environment, model) for each. Exit code 2 wi
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import sys
@@ -24,17 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def _scaled(env: Any, factor: float) -> Any:
-    """``env`` with its latencies times ``factor`` (the probe is a 1 KB all-reduce: latency-bound)."""
-    return dataclasses.replace(env, alpha=env.alpha * factor, intra_alpha=env.intra_alpha * factor)
-
-
 def measure(root: Path) -> dict[str, Any]:
     import costmodels as cm
     from runners import results
+    from runners.calibrate.cells import scale_latency
     from runners.calibrate.solve import TERMS, with_terms
     from runners.training.pricing import predict
-    from runners.validate.latency import FILE, drift
+    from runners.validate.latency import FILE, latency_scale
     from runners.validate.suite import profile_file
 
     if not (root / "validation.jsonl").is_file():
@@ -49,15 +46,18 @@ def measure(root: Path) -> dict[str, Any]:
         env = with_terms(cm.Environment.load(envdir / "environment.json"), {t: 0.0 for t in TERMS})
         index = next(i for i, w in enumerate(plan["workloads"]) if w["model"] == cfg["model"])
         prof = cm.load_profile(profile_file(envdir, index, cfg["model"]))
-        factor = drift(results.load(envdir / FILE).records, cfg["technique"], cfg["options"], cfg["model"])
+        factor = latency_scale(env, int(cfg["world_size"]), results.load(envdir / FILE).records, cfg["technique"],
+                               cfg["options"], cfg["model"])
         if factor is None:
             continue
-        scaled, _ = predict(cfg["technique"], cfg["options"], prof, _scaled(env, factor), int(cfg["world_size"]))
+        plain, _ = predict(cfg["technique"], cfg["options"], prof, env, int(cfg["world_size"]))
+        scaled, _ = predict(cfg["technique"], cfg["options"], prof, scale_latency(env, factor),
+                            int(cfg["world_size"]))
         measured = res["measured_s"]
         rows.append({"environment": cfg["environment"], "model": cfg["model"], "technique": cfg["technique"],
-                     "options": cfg["options"], "measured_s": measured, "drift": factor,
-                     "error_sweep": res["predicted_s"] / measured - 1, "error_drift": scaled / measured - 1,
-                     "predicted_sweep_s": res["predicted_s"], "predicted_drift_s": scaled})
+                     "options": cfg["options"], "measured_s": measured, "latency_scale": factor,
+                     "error_sweep": plain / measured - 1, "error_probed": scaled / measured - 1,
+                     "predicted_sweep_s": plain, "predicted_probed_s": scaled})
     if not rows:
         raise cm.CommscopeError(f"{root} has no cell with latency probes ({FILE}); run commscope validate again")
 
@@ -70,7 +70,7 @@ def measure(root: Path) -> dict[str, Any]:
             rs, key=lambda r: r["measured_s"] * (1 + r[key])) for rs in cells.values())
         return {"median": statistics.median(errs), "max": max(errs), "winner_right": right, "cells": len(cells)}
 
-    return {"root": str(root), "rows": rows, "sweep": summary("error_sweep"), "drift": summary("error_drift")}
+    return {"root": str(root), "rows": rows, "sweep": summary("error_sweep"), "probed": summary("error_probed")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,9 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for r in res["rows"]:
         opts = ",".join(f"{k}={v}" for k, v in r["options"].items())
-        print(f"{r['environment']:>10} {r['model']:>12} {r['technique']:>13} {opts[:28]:28} drift {r['drift']:5.2f}  "
-              f"(a) {r['error_sweep']:+6.1%}  with drift {r['error_drift']:+6.1%}")
-    for key, label in (("sweep", "(a) as validate"), ("drift", "(a) latency scaled by the probes")):
+        print(f"{r['environment']:>10} {r['model']:>12} {r['technique']:>13} {opts[:28]:28} "
+              f"scale {r['latency_scale']:5.2f}  (a) {r['error_sweep']:+6.1%}  with probes {r['error_probed']:+6.1%}")
+    for key, label in (("sweep", "(a) from the sweep's fit"), ("probed", "(a) latency from the probes")):
         s = res[key]
         print(f"{label}: median {s['median']:.1%}, max {s['max']:.1%}, winner right in {s['winner_right']} of "
               f"{s['cells']}")
