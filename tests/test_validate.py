@@ -441,3 +441,24 @@ def test_latency_scale_by_hand() -> None:
     assert latency_scale(env, 4, [probe(10e-6, technique="bsp", options={}, model="m")], "bsp", {}, "m") is None
     assert scale_latency(env, 1.0) is env and scale_latency(env, 0.5).alpha == 0.5e-3
     assert probes_path("/x/2500mbit/records.jsonl") == Path("/x/2500mbit/latency_probes.jsonl")
+
+
+def test_bench_latency_probes_on_the_kept_run(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("bench_latency_probes", root / "bench" / "bench_latency_probes.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    res = bench.measure(root / "bench" / "results" / "validation_4ranks_latency")
+    assert len(res["rows"]) == 54 and res["sweep"]["cells"] == 6
+    scales = sorted(r["latency_scale"] for r in res["rows"])
+    assert 0.5 < scales[0] and scales[-1] < 1.1 and 0.7 < scales[27] < 0.9  # the sweep's alpha prices 1 KB high
+    per_tensor = [r for r in res["rows"] if r["technique"] == "bsp" and not r["options"].get("flatten")]
+    before = sum(abs(r["error_sweep"]) for r in per_tensor) / len(per_tensor)
+    after = sum(abs(r["error_probed"]) for r in per_tensor) / len(per_tensor)
+    assert before == pytest.approx(0.0767, abs=0.002) and after == pytest.approx(0.0493, abs=0.002)
+    assert bench.main([str(root / "bench" / "results" / "validation_4ranks_b2b")]) == 2  # no probes kept there
+    err = capsys.readouterr().err
+    assert err.startswith("commscope: error:") and "latency_probes.jsonl" in err
