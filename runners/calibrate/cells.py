@@ -44,7 +44,7 @@ class Cell:
     p90_s: float | None
     profile: cm.ModelProfile = field(repr=False)
     record_id: str = ""
-    latency_scale: float = 1.0  # the latency its runs saw over the sweep's (validate's probes; 1: the sweep's)
+    latency_scale: float = 1.0  # factor on the environment's latencies from validate's probes (1: the sweep's fit)
 
     @property
     def schedule(self) -> str | None:

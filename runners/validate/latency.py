@@ -8,9 +8,10 @@ taken at the same time says, and that drifts: in the shipped run ``validation-ru
 all-reduce at 5.4 ms where bsp's 47 per-tensor messages took 4.2 ms each minutes later. So the run probes the
 latency, as it probes the compute (:func:`runners.validate.rank._probe`), once after the sweep and once before every
 technique's run, and keeps every probe as a ``collective`` record in ``latency_probes.jsonl`` beside the run's
-records (not in them: no fit reads a probe as a sweep point). A technique's predictions then take the latency its
-probes measured (:func:`latency_scale`): the sweep's fit prices every size with one alpha, and a small message
-back to back is what the probes time, right before the technique's own messages.
+records (not in them: no fit reads a probe as a sweep point). Asked to (``compare(probes=...)``,
+``tools/repredict_validation.py DIR --probes``), a technique's predictions take the latency its probes measured
+(:func:`latency_scale`); by default they keep the sweep's fit (README, Validation: alone it made the overlapping
+techniques' error larger).
 
 A probe: one barrier, then ``calls`` back-to-back all-reduces of ``nbytes`` (float32), the slowest rank's
 elapsed time divided by ``calls``, the protocol of the sweep's own calls (``runners/measure/sweep/timing.py``).
