@@ -47,6 +47,8 @@ def test_iteration_record_with_breakdown(tmp_path: Path, algorithm: str, option:
     assert (run["backend"], run["world_size"], len(run["devices"])) == ("gloo", 2, 2)
     assert len(x["times"]) == 5 and all(t > 0 for t in x["times"])
     assert x["time_p10_s"] <= x["time_s"] <= x["time_p90_s"] <= max(x["times"])
+    # each iteration's mean over ranks is at most its maximum, so their medians keep that order
+    assert 0 < x["time_rank_mean_s"] <= x["time_s"]
     assert math.isclose(x["throughput_samples_per_s"], 2 * 32 / x["time_s"])
     assert all(x[p] >= 0 for p in PARTS) and x["forward_s"] > 0 and x["backward_s"] > 0
     assert sum(x[p] for p in PARTS) <= 2 * max(x["times"])

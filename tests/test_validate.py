@@ -100,6 +100,19 @@ def test_the_calibrated_prediction_shows_its_standard_error() -> None:
     assert "| 110.00 (+10.0%) |" in v.markdown(v.table_rows([rec]), "commscope validate ...")
 
 
+def test_measured_time_takes_the_period() -> None:
+    # a record with the mean over ranks takes it, whatever the technique; one without it takes the wall-clock mean
+    # where the step returns with messages in flight (ByteScheduler, DeAR), else the median of the per-iteration
+    # maximum; local SGD always its wall-clock mean over whole periods
+    assert v.measured_time(_iteration("bytescheduler", 0.5, time_rank_mean_s=0.43, mean_time_s=0.44)) == 0.43
+    assert v.measured_time(_iteration("fusion", 0.5, time_rank_mean_s=0.47, mean_time_s=0.46)) == 0.47
+    assert v.measured_time(_iteration("bytescheduler", 0.5, mean_time_s=0.44)) == 0.44
+    assert v.measured_time(_iteration("dear", 0.5, mean_time_s=0.44)) == 0.44
+    assert v.measured_time(_iteration("fusion", 0.5, mean_time_s=0.55)) == 0.5
+    assert v.measured_time(_iteration("bytescheduler", 0.5)) == 0.5
+    assert v.measured_time(_iteration("local_sgd", 0.1, time_rank_mean_s=0.09, mean_time_s=0.12)) == 0.12
+
+
 def test_measured_time_and_compare() -> None:
     recs = [_iteration("bsp", 0.02), _iteration("local_sgd", 0.01, mean_time_s=0.012),
             _iteration("dpsgd", 0.05, model="unprofiled")]

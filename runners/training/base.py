@@ -90,7 +90,8 @@ class Technique:
     ``options``: its parameters with defaults; ``factory(model, lr, group, **options)`` builds the
     :class:`Trainer`; ``backends``: the torch.distributed backends it runs on; ``replicas_differ``: the ranks'
     models differ between synchronisations, so its convergence is measured on their average (what its bound
-    describes).
+    describes); ``returns_in_flight``: its step returns while messages still travel (the next step awaits them),
+    so the ranks' step boundaries drift apart (:func:`runners.training.pricing.measured_time`).
     """
 
     name: str
@@ -104,6 +105,7 @@ class Technique:
     schedule_options: Mapping[str, Any] = field(default_factory=dict)
     backends: tuple[str, ...] = ("gloo", "nccl")
     replicas_differ: bool = False  # the ranks' models differ between synchronisations (local SGD, D-PSGD)
+    returns_in_flight: bool = False  # the step returns before its messages complete (ByteScheduler, DeAR)
 
     def build(self, model: Any, lr: float, group: Any = None, **options: Any) -> Trainer:
         unknown = sorted(set(options) - set(self.options))

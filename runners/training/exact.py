@@ -67,7 +67,11 @@ _ENTRIES = (
 # (DeepSpeed's overlap_comm; the model's default is DeepSpeed's False for stages 1 and 2)
 # the runner's ByteScheduler: rank 0 decides each batch and broadcasts it before it is sent (exact_bytescheduler.py)
 _SCHEDULE_OPTIONS = {"zero": {"overlap_comm": True}, "bytescheduler": {"negotiation": True}}
+# steps that return with messages in flight: ByteScheduler's partitions and DeAR's all-gathers are awaited in the
+# next forward's pre-hooks
+_RETURNS_IN_FLIGHT = {"bytescheduler", "dear"}
 
 for _name, _description, _module, _cls, _options in _ENTRIES:
     TECHNIQUES.register(Technique(_name, _description, _lazy(_module, _cls), exact=True, schedule=_name,
-                                  bound="sgd", options=_options, schedule_options=_SCHEDULE_OPTIONS.get(_name, {})))
+                                  bound="sgd", options=_options, schedule_options=_SCHEDULE_OPTIONS.get(_name, {}),
+                                  returns_in_flight=_name in _RETURNS_IN_FLIGHT))

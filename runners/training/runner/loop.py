@@ -16,11 +16,15 @@ path, without the waiting of ranks that computed faster), ``throughput_samples_p
 batch / time_s), every iteration's time (``times``), and ``wall_s``: the wall-clock time of the
 whole timed loop (started on all ranks by a barrier, max over ranks), with ``mean_time_s`` = wall_s
 / iterations, the unbiased mean for techniques whose ranks run apart between synchronisations
-(local SGD: the max over ranks of each iteration would overstate a period). With ``--convergence`` it also appends a
-``convergence`` record at step 0 and every ``--eval-every`` steps (warm-up steps count): ``loss`` is
-the training loss averaged over ranks (at step 0 the initial model's loss on the first batch, later
-the mean over the steps since the previous record), ``time_s`` the wall-clock seconds since training
-began, and for classifiers (one target per sample) ``test_loss`` and ``accuracy`` on the held-out
+(local SGD: the max over ranks of each iteration would overstate a period), and ``time_rank_mean_s``: the median
+over iterations of the *mean* over ranks of each rank's step time. Where a step does not end at a synchronisation
+(ByteScheduler's step returns while its partitions still travel) the ranks' step boundaries drift apart, and the
+maximum over ranks of one iteration exceeds the period: the mean over iterations of that maximum is at least
+wall_s / iterations, while each rank's steps add up to wall_s, so their mean over ranks does not drift.
+With ``--convergence`` it also appends a ``convergence`` record at step 0 and every ``--eval-every`` steps
+(warm-up steps count): ``loss`` is the training loss averaged over ranks (at step 0 the initial model's loss on
+the first batch, later the mean over the steps since the previous record), ``time_s`` the wall-clock seconds since
+training began, and for classifiers (one target per sample) ``test_loss`` and ``accuracy`` on the held-out
 split. For a technique whose ranks' models differ between synchronisations (``Technique.replicas_differ``: local
 SGD, D-PSGD) the held-out split is evaluated on the model averaged over the ranks, what their bounds describe;
 the averaging (one all-reduce of the model) is left out of ``time_s``, since the technique itself never pays it.
@@ -332,6 +336,8 @@ def train(ctx: Context, opts: Options, stdout: Any = None) -> list[dict[str, Any
     ctx.dist.all_reduce(wall, op=ctx.dist.ReduceOp.MAX)
     t = torch.tensor(local, dtype=torch.float64, device=ctx.device)
     least = t[:, PARTS.index("exposed_comm")].clone()
+    total = t[:, 0].clone()  # each rank's own step times, summed over ranks below
+    ctx.dist.all_reduce(total, op=ctx.dist.ReduceOp.SUM)
     ctx.dist.all_reduce(t, op=ctx.dist.ReduceOp.MAX)
     ctx.dist.all_reduce(least, op=ctx.dist.ReduceOp.MIN)
     per_iter = t.cpu().tolist()
@@ -340,6 +346,7 @@ def train(ctx: Context, opts: Options, stdout: Any = None) -> list[dict[str, Any
     res = {"time_s": time_s, "time_p10_s": _quantile(times, 0.1), "time_p90_s": _quantile(times, 0.9),
            "time_min_s": min(times), "throughput_samples_per_s": ctx.world * opts.batch_size / time_s,
            "times": times, "wall_s": float(wall[0]), "mean_time_s": float(wall[0]) / len(local),
+           "time_rank_mean_s": _quantile([x / ctx.world for x in total.cpu().tolist()], 0.5),
            "loss_first": _finite_or_none(losses[0]), "loss_last": _finite_or_none(losses[-1]),
            "diverged": diverged is not None}
     if diverged is not None:
