@@ -33,6 +33,9 @@ repetition's, so their spread shows:
 * ``bsp``: per iteration and close in time, resnet_small's 47 gradients all-reduced one by one right after a real
   backward (bsp per tensor), the same 47 with no compute before, and 47 back-to-back 1 KB all-reduces: whether a
   message costs less right after compute than alone, and whether a latency probe taken beside a run tracks it.
+* ``beside``: an 8 MiB all-reduce launched asynchronously and a 1 KiB one right after it, no compute: when each
+  completes, against each alone. A FIFO link (the schedules' model) would finish the small one after the large
+  one and the pair in the sum of their times alone; gloo's second worker thread runs it beside the large one.
 
 ``--json`` writes bench/results/bench_overlap_diagnostics.json (``--out`` another path). Exit code 2 with one line
 on bad input.
@@ -52,7 +55,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-EXPERIMENTS = ("interference", "buckets", "two_groups", "progress", "queue", "wfbp", "timing", "bsp")
+EXPERIMENTS = ("interference", "buckets", "two_groups", "progress", "queue", "wfbp", "timing", "bsp", "beside")
 ITERS, WARMUP = 8, 2
 
 
@@ -354,6 +357,32 @@ def _bsp(dist: Any, torch: Any) -> dict[str, Any]:
             "after_backward_over_probe": m(r[0] / r[2] for r in rows)}
 
 
+def _beside(dist: Any, torch: Any) -> dict[str, Any]:
+    big, small = torch.ones(2**21), torch.ones(256)  # 8 MiB and 1 KiB of fp32
+    rows = []
+    for it in range(WARMUP + 2 * ITERS):
+        dist.barrier()
+        t0 = time.perf_counter()
+        work_big = dist.all_reduce(big, async_op=True)
+        work_small = dist.all_reduce(small, async_op=True)
+        work_small.wait()
+        t_small = time.perf_counter() - t0
+        work_big.wait()
+        t_big = time.perf_counter() - t0
+        big_alone = _after_barrier(dist, lambda: dist.all_reduce(big))
+        small_alone = _after_barrier(dist, lambda: dist.all_reduce(small))
+        v = torch.tensor([t_small, t_big, big_alone, small_alone], dtype=torch.float64)
+        dist.all_reduce(v, op=dist.ReduceOp.MAX)  # each the slowest rank's
+        if it >= WARMUP:
+            rows.append(v.tolist())
+    m = statistics.median
+    names = ("small_done_ms", "pair_done_ms", "big_alone_ms", "small_alone_ms")
+    out: dict[str, Any] = {n: m(r[i] for r in rows) * 1e3 for i, n in enumerate(names)}
+    out["pair_over_fifo"] = m(r[1] / (r[2] + r[3]) for r in rows)  # 1 = the FIFO link's sum, less = overlapped
+    out["small_done_over_big_alone"] = m(r[0] / r[2] for r in rows)
+    return out
+
+
 def rank_side(experiment: str) -> int:
     import torch
     import torch.distributed as dist
@@ -361,7 +390,7 @@ def rank_side(experiment: str) -> int:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     res = {"interference": _interference, "buckets": _buckets, "two_groups": _two_groups, "progress": _progress,
-           "queue": _queue, "wfbp": _wfbp, "timing": _timing, "bsp": _bsp}[experiment](dist, torch)
+           "queue": _queue, "wfbp": _wfbp, "timing": _timing, "bsp": _bsp, "beside": _beside}[experiment](dist, torch)
     if dist.get_rank() == 0:
         print("RESULT " + json.dumps(res), flush=True)
     dist.destroy_process_group()

@@ -183,3 +183,5 @@ def test_repredict_tool_refuses_unknown_terms_in_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and list(tmp_path.iterdir()) == []
     assert tool.main([str(tmp_path), "--terms", "contended_step"]) == 2  # no finished run there
     assert "no finished validation" in capsys.readouterr().err
+    assert tool.main(["--help"]) == 0  # the usage, not a directory called --help
+    assert capsys.readouterr().out.startswith("Predict a finished ``commscope validate`` run again")

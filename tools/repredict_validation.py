@@ -19,6 +19,9 @@ def main(argv: list[str]) -> int:
     from runners.calibrate.solve import TERMS
     from runners.validate.driver import repredict
 
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__.strip())
+        return 0
     probes = "--probes" in argv[1:]
     argv = [a for i, a in enumerate(argv) if not (i and a == "--probes")]
     terms = None

@@ -15,10 +15,11 @@ technique and environment), ``validation.csv`` and ``validation.md`` (technique,
 predicted, measured, error; then the median and max error). Nothing in DIR is overwritten: a
 DIR that already holds a validation is refused.
 
-What "measured" is: the median over timed iterations of the iteration time (max over ranks) for
-techniques that communicate every iteration; for ``local_sgd`` (communicates every H-th) the
-wall-clock time of the timed loop over whole periods divided by the iterations, which is what its
-schedule predicts (amortised time per iteration).
+What "measured" is (:func:`runners.training.pricing.measured_time`): the period a schedule predicts. For
+techniques that communicate every iteration, the median over timed iterations of the mean over ranks of each
+rank's step (the maximum over ranks exceeds the period when the ranks' step boundaries drift, as ByteScheduler's
+do); for ``local_sgd`` (communicates every H-th) the wall-clock time of the timed loop over whole periods divided
+by the iterations, which is what its schedule predicts (amortised time per iteration).
 
 Here: the suites and plans (:mod:`.suite`), the driver (:mod:`.driver`), prediction beside measurement
 (:mod:`.prediction`), the report (:mod:`.report`) and the rank side of each job (:mod:`.rank`).
