@@ -52,6 +52,8 @@ RIDGE = 0.99  # |correlation| of two estimates above which only a combination of
 AT_BOUND = 5e-3  # a term within this fraction of its physical upper bound is reported as held there
 
 
+RANK_RTOL = 1e-9  # singular values of the Jacobian below this share of the largest: terms not separable
+
 def predict_grid(cells: Sequence[Cell], envs: Sequence[cm.Environment]) -> np.ndarray:
     """Predicted seconds per iteration of every cell (columns) in every environment (rows), one vectorized sweep
     per distinct (technique, options, model, p); NaN where a cell cannot be predicted."""
@@ -155,7 +157,12 @@ def _fit(cells: Sequence[Cell], env: cm.Environment, terms: Sequence[str], start
         jac = sol.jac / np.array([SCALE[t] for t in free])  # d r / d term, in the term's own unit
         rss = float(np.sum(rel**2))
         cov = corr = None
-        if dof > 0:
+        # terms not separable: a rank-deficient Jacobian in the solver's units (where the terms' scales are
+        # comparable), judged with a relative tolerance, so that float noise in the inputs (1e-13) does not turn a
+        # ridge into a huge but finite covariance
+        sv = np.linalg.svd(np.asarray(sol.jac, dtype=float), compute_uv=False) if dof > 0 else np.array([])
+        separable = bool(sv.size == k and np.all(np.isfinite(sv)) and sv.min() > RANK_RTOL * sv.max())
+        if dof > 0 and separable:
             try:
                 unscaled = np.linalg.inv(jac.T @ jac)
                 cov = rss / dof * unscaled
