@@ -290,6 +290,11 @@ def test_left_out_predictions_carry_the_delta_method_standard_error(tmp_path):
     cells = gather_cells(results.load([path]).records, None)
     alone = {lo.technique: lo for lo in leave_one_technique_out(cells, base)}["wfbp"]
     assert all(np.isnan(alone.stderr_s))
+    # the same with the environment's alpha moved by 1e-13 of itself, the float noise of a refit: still a ridge,
+    # still no standard error (before the rank test, inverting J^T J gave huge finite ones here)
+    noisy = replace(base, alpha=base.alpha * (1 + 1e-13))
+    alone = {lo.technique: lo for lo in leave_one_technique_out(cells, noisy)}["wfbp"]
+    assert all(np.isnan(alone.stderr_s))
 
 
 def test_the_fit_keeps_the_better_of_its_two_starts_on_a_flat_ridge():

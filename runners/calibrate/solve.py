@@ -50,9 +50,8 @@ STEP = 1e-4  # forward-difference step in the solver's units (kappa 1e-4, overhe
 IDENTIFIABLE = 1e-6  # a term whose Jacobian column has a smaller norm (relative error per unit) is not seen
 RIDGE = 0.99  # |correlation| of two estimates above which only a combination of them is measured
 AT_BOUND = 5e-3  # a term within this fraction of its physical upper bound is reported as held there
-
-
 RANK_RTOL = 1e-9  # singular values of the Jacobian below this share of the largest: terms not separable
+
 
 def predict_grid(cells: Sequence[Cell], envs: Sequence[cm.Environment]) -> np.ndarray:
     """Predicted seconds per iteration of every cell (columns) in every environment (rows), one vectorized sweep
