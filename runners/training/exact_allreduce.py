@@ -48,13 +48,18 @@ class BSP(ExactTrainer):
         if not isinstance(flatten, bool):
             raise CommscopeError(f"flatten must be True or False, got {flatten!r}")
         self.flatten = flatten
+        self._flat: torch.Tensor | None = None  # one persistent message buffer (exact_common.FlatBucket's reason)
 
     def _after_backward(self) -> None:
         grads = [p.grad for p in reversed(self.params) if p.grad is not None]  # backward order
         if not grads or self.world_size == 1:
             return
         if self.flatten:
-            flat = torch.cat([g.reshape(-1) for g in grads])
+            total = sum(g.numel() for g in grads)
+            if self._flat is None or self._flat.numel() < total or self._flat.dtype != grads[0].dtype:
+                self._flat = torch.empty(sum(p.numel() for p in self.params), dtype=grads[0].dtype,
+                                         device=grads[0].device)
+            flat = torch.cat([g.reshape(-1) for g in grads], out=self._flat[:total])
             dist.all_reduce(flat, group=self.group)
             off = 0
             for g in grads:

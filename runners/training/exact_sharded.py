@@ -134,7 +134,7 @@ class _ShardedTrainer(ExactTrainer):
         flat = bucket.flat_grads()
         for p in bucket.params:  # the full gradients are no longer needed (ZeRO-2 / DeAR free them)
             p.grad = None
-        out = torch.empty(bucket.shard, dtype=flat.dtype, device=flat.device)
+        out = bucket.buffer("reduced", bucket.shard)
         self._rs_sent[b] = (self._rs(out, flat), out)
 
     def _before_backward(self) -> None:
@@ -170,7 +170,7 @@ class DeAR(_ShardedTrainer):
         # issued in forward order right after the update; each awaited before its first use
         for b in sorted(self._rs_sent, reverse=True):  # buckets are numbered in backward order
             bucket = self.buckets[b]
-            full = torch.empty(bucket.padded, dtype=bucket.params[0].dtype, device=self.device)
+            full = bucket.buffer("gathered", bucket.padded)
             self._gathering[b] = (self._ag(full, bucket.own_shard()), full)
 
     def _ensure(self, buckets: Sequence[int]) -> None:
@@ -206,9 +206,13 @@ class ZeRO(_ShardedTrainer):
     def _after_update(self) -> None:
         pending = []
         for g in self.allgather_groups:
-            shards = [self.buckets[b].own_shard() for b in g]
-            send = torch.cat(shards) if len(shards) > 1 else shards[0]
-            full = torch.empty(self.world_size * send.numel(), dtype=send.dtype, device=self.device)
+            first = self.buckets[g[0]]  # a message's buffers live with its first bucket
+            if len(g) > 1:
+                send = first.buffer("message", sum(self.buckets[b].shard for b in g))
+                torch.cat([self.buckets[b].own_shard() for b in g], out=send)
+            else:
+                send = first.own_shard()
+            full = first.buffer("gathered", self.world_size * send.numel())
             pending.append((self._ag(full, send), full, g))
         for work, full, g in pending:
             work.wait()
