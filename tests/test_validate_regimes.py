@@ -153,7 +153,11 @@ def test_repredict_replaces_the_tables_and_keeps_the_measurements(tmp_path):
                r["config"]["environment"]): r["result"]["measured_s"]
               for r in results.load(run / "validation.jsonl").records}
     records_before = {d.name: (d / "records.jsonl").read_bytes() for d in run.iterdir() if d.is_dir()}
+    envs_before = {d.name: (d / "environment.json").read_bytes() for d in run.iterdir() if d.is_dir()}
     out = repredict(run)
+    # the shipped fits are today's: fitting their sweeps again moves numbers by ~1e-10 of themselves, and the
+    # files are left byte for byte (they once churned with that noise on every prediction)
+    assert {d.name: (d / "environment.json").read_bytes() for d in run.iterdir() if d.is_dir()} == envs_before
     after = {(r["config"]["technique"], json.dumps(r["config"]["options"], sort_keys=True), r["config"]["model"],
               r["config"]["environment"]): r["result"]["measured_s"] for r in out}
     assert after == before
@@ -166,6 +170,20 @@ def test_repredict_replaces_the_tables_and_keeps_the_measurements(tmp_path):
     with pytest.raises(v.ValidationError, match="no finished validation"):
         repredict(empty)
     assert list(empty.iterdir()) == []
+
+
+def test_same_fit_tells_float_noise_from_a_change():
+    """Two fits are the same when every number agrees to a millionth of itself (0 only with 0)."""
+    import costmodels as cm
+    from runners.validate.driver import same_fit
+
+    env = cm.environment("10GbE")
+    d = env.to_dict()
+    assert same_fit(env, cm.Environment.from_dict({**d, "alpha": env.alpha * (1 + 1e-10)}))
+    assert not same_fit(env, cm.Environment.from_dict({**d, "alpha": env.alpha * (1 + 1e-3)}))
+    assert not same_fit(env, cm.Environment.from_dict({**d, "kappa_c": 1e-12}))  # 0 against anything else
+    assert not same_fit(env, cm.Environment.from_dict({**d, "name": "other"}))
+    assert same_fit(env, cm.Environment.from_dict({**d, "source": "the same fit of a copied run"}))
 
 
 def test_repredict_tool_refuses_unknown_terms_in_one_line(tmp_path, capsys):
