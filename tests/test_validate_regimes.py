@@ -184,6 +184,9 @@ def test_same_fit_tells_float_noise_from_a_change():
     assert not same_fit(env, cm.Environment.from_dict({**d, "kappa_c": 1e-12}))  # 0 against anything else
     assert not same_fit(env, cm.Environment.from_dict({**d, "name": "other"}))
     assert same_fit(env, cm.Environment.from_dict({**d, "source": "the same fit of a copied run"}))
+    files = {**d, "metadata": {**d["metadata"], "files": [{"path": "/a/records.jsonl", "records_in_file": 33}]}}
+    later = {**d, "metadata": {**d["metadata"], "files": [{"path": "/b/records.jsonl", "records_in_file": 74}]}}
+    assert same_fit(cm.Environment.from_dict(files), cm.Environment.from_dict(later))
 
 
 def test_repredict_tool_refuses_unknown_terms_in_one_line(tmp_path, capsys):

@@ -233,6 +233,9 @@ def latency_probes(envdir: Path) -> list[dict[str, Any]] | None:
     return results.load(path).records if path.is_file() else None
 
 
+PROVENANCE = ("source", "path", "records_in_file")  # fields of a fitted environment that say where, not what
+
+
 def same_fit(old: Any, new: Any, rtol: float = 1e-6) -> bool:
     """Whether two fitted environments agree in every field, numbers to ``rtol`` (relative; exact at 0).
 
@@ -240,10 +243,11 @@ def same_fit(old: Any, new: Any, rtol: float = 1e-6) -> bool:
     statistics by up to ~1e-9 (the solver's float order); rewriting ``environment.json`` for that would churn
     a shipped file with nothing changed in it, and hand calibration noise in place of the stored numbers.
     A millionth is far inside any fitted parameter's confidence interval. Where the records were read from
-    (``source``, a file's ``path``) is provenance, not fit: a run copied or moved elsewhere fits the same."""
+    (``source``, a file's ``path``, and how many records the file held: training appends to it after the fit) is
+    provenance, not fit: a run copied or moved elsewhere, or read after its training, fits the same."""
     def same(a: Any, b: Any) -> bool:
         if isinstance(a, dict) and isinstance(b, dict):
-            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a if k not in ("source", "path"))
+            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a if k not in PROVENANCE)
         if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
             return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
         if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) \
