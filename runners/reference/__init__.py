@@ -15,7 +15,10 @@ running: its load averages are in the file; ``tools/repredict_validation.py`` pr
 the same kind with nothing else running; the profile measures the averaging pass; the third was fitted at run
 time as today's ``fit`` does, gamma only where it lowers the AIC by 2), kept beside the first as independent
 checks: a model change is judged on every run (``bench/bench_validation.py`` reports each), so that what helps
-one run by fitting its noise shows up on the others.
+one run by fitting its noise shows up on the others. ``validation-run4/`` (2026-11-28, a quiet host) is the first
+made after the exact runners stopped allocating their flat buffers afresh every step (DeAR, ZeRO, MG-WFBP, bsp
+flattened: :class:`runners.training.exact_common.FlatBucket`); the three before measured those techniques with
+the CPU allocator's page faults in them.
 
 ``published/`` holds collective measurements published by others (nccl-tests tables and benchmark posts on
 8x A100, 8x H200 (all-reduce with and without NVLS, all-gather, reduce-scatter), 2 x 8 H100 and PCIe GPUs
@@ -41,7 +44,8 @@ REGIMES = (("small (< 1 MiB)", 0, 2**20), ("mid (1 MiB - 1 GiB)", 2**20, 2**30),
 #: the shipped validation runs: directory name -> what it is
 RUNS = {"validation": "2026-11-24, a busy host (other work 0-6% of the CPUs)",
         "validation-rerun": "2026-11-27, the same command on a quiet host",
-        "validation-run3": "2026-11-27, a third run on a quiet host, fitted as today (gamma where it earns it)"}
+        "validation-run3": "2026-11-27, a third run on a quiet host, fitted as today (gamma where it earns it)",
+        "validation-run4": "2026-11-28, a quiet host, the exact runners keeping their flat buffers across steps"}
 PUBLISHED_DIR = Path(__file__).resolve().parent / "published"
 COMMAND = "commscope validate --suite quick --ranks 4 --emulate 200mbit,1gbit:2,2500mbit"
 
