@@ -33,6 +33,15 @@ And what overlap and dispatch cost on the hosts (issue 16; :mod:`costmodels.sche
 And ``burst_bytes``: the token bucket of a shaped (inter-node, or only) link, such as the emulator's
 ``tc tbf``: after idle time up to that many bytes pass at the host's speed, which hides the latency of
 back-to-back steps (:mod:`costmodels.collectives.token_bucket`). 0 (the default) for a NIC.
+
+And ``primitive_factors``: how a primitive's own code path prices the link, as multiples of ``alpha`` and ``beta``
+(``{"allgather": {"alpha": 1.25, "beta": 1.05}}``; every other primitive at 1). A library runs each primitive
+through its own code: gloo's all-gather (``allgather.cc``) copies every block into place and waits on each
+step's pair of buffers, where its ring all-reduce (``allreduce.cc``) streams segments two at a time, so their
+cost per step is not the same. ``commscope fit`` fits each code path of a sweep on its own and keeps the factors
+only where the AIC says the records show them (:mod:`runners.measure.fit.per_primitive`). Formula-priced
+libraries (``ideal``, ``gloo``, ``mpich``) apply them; NCCL's model carries its own per-collective constants,
+so an ``nccl`` environment takes none.
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ from typing import Any
 
 from ._io import atomic_write_text, loads, read_json
 from .errors import CommscopeError
+from .primitives import PRIMITIVES
 
 SCHEMA = "commscope.environment/1"
 LIBRARY_NAMES = ("ideal", "nccl", "gloo", "mpich")  # the entries of costmodels.libraries.LIBRARIES
@@ -108,6 +118,9 @@ class Environment:
         host_overhead: seconds per message on the thread that issues it (LogP's o, >= 0).
         contended_step: least seconds per latency step of a message while compute runs (>= 0; 0: none).
         burst_bytes: token bucket of the shaped inter-node (or only) link, bytes (>= 0; 0: no bucket).
+        primitive_factors: ``((primitive, alpha factor, beta factor), ...)``: the link as that primitive's code
+            path sees it, on both levels (a mapping ``{primitive: {"alpha": a, "beta": b}}`` is accepted too;
+            entries of 1 and 1 are dropped). Empty: every primitive sees ``alpha`` and ``beta``.
         name, description, source: what it is and where its numbers come from.
         metadata: free JSON-able provenance (e.g. the files and fit quality of a fitted one).
     """
@@ -133,6 +146,7 @@ class Environment:
     host_overhead: float = 0.0
     contended_step: float = 0.0
     burst_bytes: float = 0.0
+    primitive_factors: tuple[tuple[str, float, float], ...] = ()
     name: str = "custom"
     description: str = ""
     source: str = ""
@@ -147,6 +161,10 @@ class Environment:
             set_(self, key, _check_real(f"{key} ({meaning})", getattr(self, key), allow_zero=True))
         set_(self, "burst_bytes", _check_real("burst_bytes (token bucket of the shaped link)", self.burst_bytes,
                                               allow_zero=True))
+        set_(self, "primitive_factors", primitive_factors(self.primitive_factors))
+        if self.primitive_factors and self.library == "nccl":
+            raise CommscopeError("primitive_factors apply to formula-priced libraries (ideal, gloo, mpich); NCCL's "
+                                 f"model has its own per-collective constants, got {self.factors_text()} with nccl")
         set_(self, "gpus_per_node", _check_count("gpus_per_node", self.gpus_per_node))
         set_(self, "nics_per_node", _check_count("nics_per_node", self.nics_per_node))
         if (self.intra_alpha is None) != (self.intra_beta is None):
@@ -215,6 +233,14 @@ class Environment:
         """True when interference or host overhead is on (``TERMS`` not all 0)."""
         return any(getattr(self, k) > 0 for k in TERMS)
 
+    def factors(self, primitive: str) -> tuple[float, float]:
+        """(alpha factor, beta factor) of ``primitive``'s code path; (1, 1) unless ``primitive_factors`` names it."""
+        return factors_of(self.primitive_factors, primitive)
+
+    def factors_text(self) -> str:
+        """``primitive_factors`` in words, e.g. ``allgather: alpha x1.25, beta x1.05``; empty when none."""
+        return "; ".join(f"{q}: alpha x{a:.3g}, beta x{b:.3g}" for q, a, b in self.primitive_factors)
+
     def with_(self, **changes: Any) -> Environment:
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
@@ -223,6 +249,12 @@ class Environment:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["metadata"] = dict(self.metadata)
+        factors = d.pop("primitive_factors")
+        if factors:  # written only when set (after burst_bytes): every environment file from before reads the same
+            at = list(d).index("burst_bytes") + 1
+            items = list(d.items())
+            d = dict(items[:at] + [("primitive_factors", {q: {"alpha": a, "beta": b} for q, a, b in factors})]
+                     + items[at:])
         return {"schema": SCHEMA, **d}
 
     @classmethod
@@ -283,7 +315,49 @@ class Environment:
                 s += f", contended step {self.contended_step * 1e3:.3g} ms"
         if self.burst_bytes > 0:
             s += f"; token bucket {self.burst_bytes:,.0f} B"
+        if self.primitive_factors:
+            s += f"; {self.factors_text()}"
         if self.oversubscription > 1:
             s += f"; fat tree {self.oversubscription:g}:1" + ("" if self.nodes_per_leaf is None else
                                                            f" above {self.nodes_per_leaf} nodes per leaf")
         return s
+
+
+def primitive_factors(value: Any) -> tuple[tuple[str, float, float], ...]:
+    """``primitive_factors`` in canonical form: sorted ``(primitive, alpha factor, beta factor)`` triples, those of
+    1 and 1 dropped. Accepts that form or ``{primitive: {"alpha": a, "beta": b}}`` (a factor left out is 1)."""
+    allowed = ", ".join(PRIMITIVES)
+    if isinstance(value, Mapping):
+        items = []
+        for q, f in value.items():
+            if not isinstance(f, Mapping) or set(f) - {"alpha", "beta"}:
+                raise CommscopeError(f"primitive_factors[{q!r}] must be a mapping with keys alpha and/or beta, "
+                                     f"got {f!r}")
+            items.append((q, f.get("alpha", 1.0), f.get("beta", 1.0)))
+    elif isinstance(value, (tuple, list)):
+        items = list(value)
+    else:
+        raise CommscopeError(f"primitive_factors must be a mapping {{primitive: {{alpha, beta}}}}, got {value!r}")
+    out: dict[str, tuple[float, float]] = {}
+    for item in items:
+        if not isinstance(item, (tuple, list)) or len(item) != 3:
+            raise CommscopeError(f"primitive_factors entries must be (primitive, alpha factor, beta factor), "
+                                 f"got {item!r}")
+        q, a, b = item
+        if q not in PRIMITIVES:
+            raise CommscopeError(f"primitive_factors: unknown primitive {q!r}; allowed: {allowed}")
+        if q in out:
+            raise CommscopeError(f"primitive_factors names {q} twice")
+        a = _check_real(f"primitive_factors[{q!r}] alpha factor", a, allow_zero=False)
+        b = _check_real(f"primitive_factors[{q!r}] beta factor", b, allow_zero=False)
+        if (a, b) != (1.0, 1.0):
+            out[q] = (a, b)
+    return tuple((q, *out[q]) for q in sorted(out))
+
+
+def factors_of(factors: Any, primitive: str) -> tuple[float, float]:
+    """(alpha factor, beta factor) of ``primitive`` in canonical ``primitive_factors``; (1, 1) when absent."""
+    for q, a, b in factors or ():
+        if q == primitive:
+            return a, b
+    return 1.0, 1.0

@@ -27,7 +27,7 @@ FIELDS = ("alpha", "beta", "gamma", "intra_alpha", "intra_beta", "gpus_per_node"
           "host_overhead", "contended_step", "burst_bytes")
 DEFAULTED = (*TERMS, "burst_bytes")  # fields that default to 0 in every entry
 DESCRIPTORS = ("library", "link", "intra_link", "compute_capability", "oversubscription", "nodes_per_leaf",
-               "rail_optimized", "sharp", "nvls")
+               "rail_optimized", "sharp", "nvls", "primitive_factors")
 
 
 def _real(name: str, value: Any, *, allow_zero: bool) -> np.ndarray:
@@ -151,7 +151,8 @@ class EnvironmentArray:
         descriptors = {}
         for d in DESCRIPTORS:
             values = np.empty(len(envs), dtype=object)
-            values[:] = [getattr(e, d) for e in envs]
+            for i, e in enumerate(envs):  # one by one: a tuple (primitive_factors) is one value, not a row
+                values[i] = getattr(e, d)
             descriptors[d] = values
         return cls(**col, names=np.array([e.name for e in envs], dtype=object), descriptors=descriptors)
 

@@ -26,24 +26,13 @@ import sympy as sp
 
 from .._compile import CompiledExpr, compile_expr
 from .._inputs import as_bytes, as_ranks, as_scalar_or_array, check_power_of_two
-from ..environment import Environment
+from ..environment import Environment, factors_of
 from ..environment_array import EnvironmentArray
 from ..errors import CommscopeError, DomainError
+from ..primitives import PRIMITIVES
 from ..symbols import alpha, alpha_intra, beta, beta_intra, g, gamma, n, p, r
 from .evaluator import Evaluator
 from .token_bucket import token_bucket_gradient, token_bucket_time
-
-PRIMITIVES: dict[str, str] = {
-    "allreduce": "n = bytes of the buffer every rank holds and receives reduced",
-    "reduce_scatter": "n = bytes of the whole input buffer; each rank keeps n/p reduced",
-    "allgather": "n = bytes of the whole output buffer; each rank contributes n/p",
-    "broadcast": "n = bytes sent from the root to every rank",
-    "reduce": "n = bytes every rank contributes, reduced at the root",
-    "all_to_all": "n = bytes each rank sends in total (n/p to every rank)",
-    "sparse_allgather": "n = dense gradient bytes; each rank sends rho*n value bytes plus indices",
-    "gossip": "n = model bytes each rank exchanges with every neighbour",
-}
-"""The primitives, with what ``n`` means for each (nccl-tests' conventions)."""
 
 TOPOLOGIES = ("flat", "hierarchical", "bound")
 
@@ -221,6 +210,18 @@ class Collective:
 
     def _env_values(self, pr: np.ndarray, env: Environment, out_of_domain: str
                     ) -> tuple[dict[sp.Symbol, Any], dict[str, Any]]:
+        """Values of the environment symbols for these p, and which link each one came from; each link's alpha and
+        beta as this primitive's code path sees them (``Environment.primitive_factors``)."""
+        vals, link = self._link_values(pr, env, out_of_domain)
+        fa, fb = factors_of(env.primitive_factors, self.primitive)
+        if fa != 1.0 or fb != 1.0:
+            for sym, f in ((alpha, fa), (alpha_intra, fa), (beta, fb), (beta_intra, fb)):
+                if sym in vals:
+                    vals[sym] = vals[sym] * f
+        return vals, link
+
+    def _link_values(self, pr: np.ndarray, env: Environment, out_of_domain: str
+                     ) -> tuple[dict[sp.Symbol, Any], dict[str, Any]]:
         """Values of the environment symbols for these p, and which link each one came from."""
         vals: dict[sp.Symbol, Any] = {p: pr, gamma: env.gamma}
         link: dict[str, Any] = {}
@@ -356,6 +357,8 @@ class Collective:
         if self.topology == "hierarchical" and not env.two_level:
             out["alpha"] = out["alpha"] + out.pop("intra_alpha")
             out["beta"] = out["beta"] + out.pop("intra_beta")
+        fa, fb = factors_of(env.primitive_factors, self.primitive)  # d/d field = factor x d/d what the path sees
+        out = {f: d * (fa if f.endswith("alpha") else fb if f.endswith("beta") else 1.0) for f, d in out.items()}
         if relative:
             t = np.asarray(self.time(nb, pr, env, **params), dtype=np.float64)
             with np.errstate(divide="ignore", invalid="ignore"):

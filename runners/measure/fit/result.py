@@ -88,6 +88,7 @@ class FitResult:
     min_bytes: int = 0
     verdict: str = ""
     cpu: dict[str, Any] | None = None  # CPU seconds per step and per byte (runners.measure.fit.cpu)
+    code_paths: list[dict[str, Any]] | None = None  # primitives fitted on their own (runners.measure.fit.per_primitive)
 
     @property
     def algorithm(self) -> str:
@@ -117,6 +118,7 @@ class FitResult:
             "ranking": [c.to_dict() for c in self.ranking] if len(self.ranking) > 1 else [],
             "verdict": self.verdict, "notes": list(self.notes),
             **({} if self.cpu is None else {"cpu": dict(self.cpu)}),
+            **({} if not self.code_paths else {"code_paths": list(self.code_paths)}),
         })
 
     def to_dict(self) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from costmodels.errors import CommscopeError
 from .cpu import fit_cpu
 from .identify import _SkipError
 from .least_squares import _env, _Fit, _fit_one
+from .per_primitive import per_primitive as fit_per_code_path
 from .records import STATISTICS, _Data, _gather, _layout, _primitives, _select
 from .result import METHOD, Candidate, FitResult, FittedParameter
 
@@ -118,7 +119,7 @@ def _run_info(d: _Data, g: int) -> dict[str, Any]:
 
 def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: str | Sequence[str] | None = None, *,
         min_bytes: int | str = 0, gamma: Any = "auto", name: str | None = None, statistic: str = "median",
-        burst: float | None = None) -> FitResult:
+        burst: float | None = None, per_primitive: bool = True) -> FitResult:
     """Fit the environment of a cost model to measured collective records.
 
     Args:
@@ -137,6 +138,8 @@ def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: s
             per-iteration times (see :func:`record_time`).
         burst: the token bucket of the link in bytes (:mod:`costmodels.collectives.token_bucket`); None: the
             records' network spec says (an emulated link's ``tc tbf``; 0 for a NIC).
+        per_primitive: fit each code path (primitives priced by one formula) on its own and keep the others as
+            ``primitive_factors`` of the all-reduce's link where the AIC says so (:mod:`.per_primitive`).
     """
     if statistic not in STATISTICS:
         raise CommscopeError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
@@ -242,6 +245,14 @@ def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: s
         res.notes.append(implausible)
     res.environment = env.with_(name=name or f"fitted:{stems}", description=description, source=source,
                                 metadata=res.metadata(), library=library)
+    if per_primitive and len(present) > 1:
+        g_fit = best.params.get("gamma")  # a reduction cost the primitives together separated stays that cost
+        kept_gamma = g_fit.value if g_fit is not None and g_fit.status == "fitted" else gamma
+
+        def refit(prims: list[str], algos: str) -> FitResult:
+            return fit(records, prims, algos, min_bytes=min_b, gamma=kept_gamma, name=name, statistic=statistic,
+                       burst=burst, per_primitive=False)
+        res = fit_per_code_path(res, records, refit, statistic)
     return res
 
 

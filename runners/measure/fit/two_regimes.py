@@ -12,6 +12,7 @@ from costmodels.errors import CommscopeError
 
 from .cpu import fit_cpu, theta_of
 from .least_squares import _predict
+from .per_primitive import per_primitive as fit_per_code_path
 from .records import _gather, _primitives, _select
 from .result import METHOD, FitResult
 from .selection import fit, link_burst
@@ -23,7 +24,7 @@ BANDWIDTH_FROM = 256 * 1024  # sizes from: bandwidth-bound (beta, gamma)
 def fit_two_regimes(records: Any, primitive: str | Sequence[str] = "allreduce",
                     algorithm: str | Sequence[str] | None = None, *, latency_below: int | str = LATENCY_BELOW,
                     bandwidth_from: int | str = BANDWIDTH_FROM, statistic: str = "median",
-                    name: str | None = None) -> FitResult:
+                    name: str | None = None, per_primitive: bool = True) -> FitResult:
     """Hockney's two-regime fit: alpha from the latency-bound sizes, beta and gamma from the bandwidth-bound ones.
 
     One least-squares fit over every size assumes the link is alpha-beta at every size. A shaped link
@@ -36,7 +37,8 @@ def fit_two_regimes(records: Any, primitive: str | Sequence[str] = "allreduce",
     short messages, asymptotic bandwidth from long ones). The result's residuals and errors are those
     of the combined environment over all records of the primitives. Records of a link whose token bucket is
     known (an emulated link's network spec) get one fit over every size instead: the model then includes the
-    bucket (:mod:`costmodels.collectives.token_bucket`), which explains both regimes.
+    bucket (:mod:`costmodels.collectives.token_bucket`), which explains both regimes. ``per_primitive``: each code
+    path fitted on its own, as :func:`.selection.fit` does (:mod:`.per_primitive`).
     """
     lo_b, hi_b = cm.parse_size(latency_below), cm.parse_size(bandwidth_from)
     if not 0 < lo_b <= hi_b:
@@ -46,7 +48,7 @@ def fit_two_regimes(records: Any, primitive: str | Sequence[str] = "allreduce",
     coll = [r for r, _ in pairs if r.get("kind") == "collective" and r["config"].get("op") in prims]
     burst = link_burst(coll[0]["run"].get("network")) if coll else 0.0
     if burst:  # the bucket is in the model, which then explains both regimes at once: one fit over every size
-        res = fit(records, prims, algorithm, statistic=statistic, name=name)
+        res = fit(records, prims, algorithm, statistic=statistic, name=name, per_primitive=per_primitive)
         res.notes.append(f"one fit over every size, not two regimes: the link's token bucket ({burst:,.0f} B) that "
                          "made the sizes in between faster than alpha-beta is part of the model")
         return res
@@ -77,4 +79,9 @@ def fit_two_regimes(records: Any, primitive: str | Sequence[str] = "allreduce",
     meta = out.metadata()
     meta["method"] = f"{METHOD}; {note}"
     out.environment = env.with_(metadata=meta, description=f"{bw.algorithm} fitted in two regimes: {note}")
+    if per_primitive and len(out.primitives) > 1:
+        def refit(group: list[str], algos: str) -> FitResult:
+            return fit_two_regimes(records, group, algos, latency_below=lo_b, bandwidth_from=hi_b, statistic=statistic,
+                                   name=name, per_primitive=False)
+        out = fit_per_code_path(out, records, refit, statistic)
     return out
