@@ -253,8 +253,8 @@ class Environment:
         if factors:  # written only when set (after burst_bytes): every environment file from before reads the same
             at = list(d).index("burst_bytes") + 1
             items = list(d.items())
-            d = dict(items[:at] + [("primitive_factors", {q: {"alpha": a, "beta": b} for q, a, b in factors})]
-                     + items[at:])
+            mapping = {q: {"alpha": a, "beta": b} for q, a, b in factors}
+            d = dict([*items[:at], ("primitive_factors", mapping), *items[at:]])
         return {"schema": SCHEMA, **d}
 
     @classmethod
