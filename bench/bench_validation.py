@@ -62,11 +62,11 @@ def analyse(directory: Path) -> dict:
             se = np.array([r["error_calibrated_stderr"] for r in rows])
             e = np.array([abs(r["error_calibrated"]) for r in rows])
             ok = np.isfinite(se) & np.isfinite(e)
-            big = ok & (e > 0.15)
+            big = np.isfinite(e) & (e > 0.15)  # every cell over 15%; those without a standard error are not within
             out["predictions"][key]["uncertainty"] = {
                 "cells_with_stderr": int(ok.sum()), "within_2_stderr": int(np.sum(e[ok] <= 2 * se[ok])),
                 "over_15_percent": int(big.sum()),
-                "over_15_percent_within_2_stderr": int(np.sum(e[big] <= 2 * se[big])),
+                "over_15_percent_within_2_stderr": int(np.sum(e[big & ok] <= 2 * se[big & ok])),
                 "median_stderr": float(np.median(se[ok])) if ok.any() else float("nan")}
     out["host_load"] = {}  # how much of the CPUs other work took while each environment ran (commscope validate)
     for env in dict.fromkeys(r["environment"] for r in rows):

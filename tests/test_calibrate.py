@@ -159,7 +159,10 @@ def test_cli_fits_the_contended_step_on_request(tmp_path, capsys):
                  "--terms", "kappa_c,kappa_m,host_overhead,contended_step"]) == 0
     data = json.loads(capsys.readouterr().out)
     step = data["terms"]["contended_step"]
-    assert step["unit"] == "s/step" and step["value"] == pytest.approx(1e-3, rel=0.01)
+    # three techniques at one p do not separate kappa_c, kappa_m and o from the floor the step sets: they come back
+    # as 0.05, 0 and 0.1 ms against 0.3, 0.2 and 0.5 ms, and the step within 1.1% (validation/2500mbit as fitted
+    # per code path; 0.1% with one link for every primitive)
+    assert step["unit"] == "s/step" and step["value"] == pytest.approx(1e-3, rel=0.02)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -299,7 +302,8 @@ def test_left_out_predictions_carry_the_delta_method_standard_error(tmp_path):
 
 def test_the_fit_keeps_the_better_of_its_two_starts_on_a_flat_ridge():
     # on the shipped 2.5 Gbit/s run without bsp, kappa_c, kappa_m and o lie on a flat ridge: from the fit on every
-    # technique the solver stops at RSS 0.2915, from the default start alone at 0.3077 (0.2949 and 0.3115 before
+    # technique (as it was with one link for every primitive) the solver stops at RSS 0.2776, from the default start
+    # alone at 0.2808 (0.2915 and 0.3077 before the sweep was fitted per code path, 0.2949 and 0.3115 before
     # gloo's ring allreduce priced the sweep's 16 B calls, 0.2930 and 0.2848 before the sweep fit weighed each size
     # by its precision: which start wins depends on the run). The fit tries both
     # and keeps the lower, so the start it is given does not decide the left-out prediction
@@ -316,9 +320,9 @@ def test_the_fit_keeps_the_better_of_its_two_starts_on_a_flat_ridge():
     time_s = {str(r["id"]): float(r["result"]["time_s"]) for r in records if r.get("kind") == "iteration"}
     cells = [c if c.technique == "local_sgd" else replace(c, measured_s=time_s[c.record_id])
              for c in gather_cells(records, None) if c.technique != "bsp"]
-    ridge = {"kappa_c": 0.9411, "kappa_m": 0.6969, "host_overhead": 5.1e-4}  # the fit on every technique
+    ridge = {"kappa_c": 0.9411, "kappa_m": 0.6969, "host_overhead": 5.1e-4}  # the fit on every technique, one link
     _, from_ridge, *_ = _fit(cells, env, FITTED, ridge)
     _, from_default, *_ = _fit(cells, env, FITTED, dict(START))
     rss = float(np.sum(from_ridge**2))
     assert rss <= float(np.sum(from_default**2)) * (1 + 1e-9)
-    assert rss == pytest.approx(0.2915, abs=5e-4) and float(np.sum(from_default**2)) == pytest.approx(0.3077, abs=5e-4)
+    assert rss == pytest.approx(0.2776, abs=5e-4) and float(np.sum(from_default**2)) == pytest.approx(0.2808, abs=5e-4)

@@ -213,12 +213,22 @@ class Collective:
         """Values of the environment symbols for these p, and which link each one came from; each link's alpha and
         beta as this primitive's code path sees them (``Environment.primitive_factors``)."""
         vals, link = self._link_values(pr, env, out_of_domain)
-        fa, fb = factors_of(env.primitive_factors, self.primitive)
-        if fa != 1.0 or fb != 1.0:
+        fa, fb = self._factors(env)
+        if np.any(fa != 1.0) or np.any(fb != 1.0):
             for sym, f in ((alpha, fa), (alpha_intra, fa), (beta, fb), (beta_intra, fb)):
                 if sym in vals:
                     vals[sym] = vals[sym] * f
         return vals, link
+
+    def _factors(self, env: Environment | EnvironmentArray) -> tuple[Any, Any]:
+        """(alpha factor, beta factor) of this primitive in ``env``: numbers, or arrays over an array's entries."""
+        if isinstance(env, EnvironmentArray):
+            value = env.descriptors.get("primitive_factors", ())
+            if isinstance(value, np.ndarray):  # entries that differ: one factor each
+                pairs = np.array([factors_of(v, self.primitive) for v in value.flat]).reshape(*value.shape, 2)
+                return pairs[..., 0], pairs[..., 1]
+            return factors_of(value, self.primitive)
+        return factors_of(env.primitive_factors, self.primitive)
 
     def _link_values(self, pr: np.ndarray, env: Environment, out_of_domain: str
                      ) -> tuple[dict[sp.Symbol, Any], dict[str, Any]]:
@@ -357,7 +367,7 @@ class Collective:
         if self.topology == "hierarchical" and not env.two_level:
             out["alpha"] = out["alpha"] + out.pop("intra_alpha")
             out["beta"] = out["beta"] + out.pop("intra_beta")
-        fa, fb = factors_of(env.primitive_factors, self.primitive)  # d/d field = factor x d/d what the path sees
+        fa, fb = self._factors(env)  # d/d field = factor x d/d what the path sees
         out = {f: d * (fa if f.endswith("alpha") else fb if f.endswith("beta") else 1.0) for f, d in out.items()}
         if relative:
             t = np.asarray(self.time(nb, pr, env, **params), dtype=np.float64)

@@ -81,6 +81,10 @@ def fit_command(
     method: Annotated[str, typer.Option(
         help="'one' least-squares fit over the sizes, or 'two' regimes (Hockney: alpha below 64 KiB, beta and "
              "gamma from 256 KiB), as commscope validate fits")] = "one",
+    one_link: Annotated[bool, typer.Option(
+        "--one-link", help="one alpha and beta for every primitive; by default each code path (primitives of one "
+                           "formula) is fitted on its own and kept as primitive_factors where the AIC says so")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """Fit alpha, beta (and gamma where identifiable) of a cost model to measured collective times."""
@@ -103,10 +107,11 @@ def fit_command(
         if min_size != "0" or gamma != "auto":
             raise UsageError("--min-size and --gamma apply to --method one (two regimes choose the sizes of each "
                              "parameter)")
-        res = fitting.fit_two_regimes(loaded, primitive, algorithm, statistic=statistic, name=name)
+        res = fitting.fit_two_regimes(loaded, primitive, algorithm, statistic=statistic, name=name,
+                                      per_primitive=not one_link)
     else:
         res = fitting.fit(loaded, primitive, algorithm, min_bytes=min_size, gamma=gamma, name=name,
-                          statistic=statistic)
+                          statistic=statistic, per_primitive=not one_link)
     warnings = fitting.plausibility(res)  # the same guards as the app's and the predict commands'
     entry = res.record() if record is not None else None  # validated before anything is written
     written: dict[str, str] = {}
@@ -140,6 +145,9 @@ def fit_command(
             continue
         status = prm.status + (f": {prm.note}" if prm.note else "")
         table.add_row(key, _value(key, prm.value), _interval(key, prm.ci95), escape(status))
+    for path in res.code_paths or ():
+        table.add_row(f"{'/'.join(path['primitives'])} path", f"alpha x{path['alpha_factor']:.3g}, beta "
+                      f"x{path['beta_factor']:.3g}", "-", "fitted on its own (primitive_factors)")
     out_console.print(table)
     out_console.print(f"R^2 = {res.r2:.6f} on times, {res.r2_log:.6f} on log times; relative error: RMS "
                   f"{res.rms_rel_error:.2%}, median {res.median_rel_error:.2%}, max {res.max_rel_error:.2%}; "

@@ -11,8 +11,9 @@ at 1 Gbit/s, validation-run4), while per-tensor BSP and WFBP, which send only al
 :func:`per_primitive` groups the fitted primitives by their cost formula (one formula, one code path: gloo's
 reduce-scatter joins its all-reduce), fits each group with the same fitter, and keeps the group holding the
 all-reduce as the environment's ``alpha`` and ``beta``; every other group becomes ``primitive_factors`` (its alpha
-and beta over those). The factors are kept only where they earn their two parameters a group: the Akaike
-information criterion of all records under the per-path environment must be at least
+and beta over those). ``gamma`` is the device's reduction cost, not a path's: every path is fitted with the shared
+fit's (fitted where the primitives together separate it, else 0). The per-path model is kept only where the Akaike
+information criterion of all records under it, counting every parameter each path fitted, is at least
 :data:`FACTORS_AIC` below the shared link's (Burnham & Anderson 2002, sec. 2.6, as gamma is kept), else the shared
 fit stands, with the reason in its notes.
 """
@@ -86,9 +87,13 @@ def per_primitive(joint: FitResult, records: Any, refit: Callable[[list[str], st
     env = base.with_(primitive_factors=factors)
     pairs, _bad, paths = _gather(records)
     d, _ = _select(pairs, joint.primitives, joint.min_bytes, [], paths, statistic)
-    k_joint = sum(1 for p in joint.parameters.values() if p.status == "fitted")
-    aic_joint, _ = _aic(d, joint, joint.environment, k_joint)
-    aic_sep, pred = _aic(d, joint, env, k_joint + 2 * len(others))
+    def fitted(res: FitResult) -> int:
+        return sum(1 for p in res.parameters.values() if p.status == "fitted")
+
+    gamma = joint.parameters.get("gamma")  # the device's, held by every path: counted once
+    aic_joint, _ = _aic(d, joint, joint.environment, fitted(joint))
+    aic_sep, pred = _aic(d, joint, env, sum(fitted(f) for f in fits.values())
+                         + int(gamma is not None and gamma.status == "fitted"))
     said = env.factors_text()
     if aic_sep > aic_joint - FACTORS_AIC:
         joint.notes.append(f"one link for every primitive: fitting each code path alone ({said}) changed the AIC by "
@@ -108,10 +113,8 @@ def _combined(joint: FitResult, primary: FitResult, env: cm.Environment, d: Any,
               "alpha_s": e.alpha, "beta_s_per_byte": e.beta} for g, e in others]
     note = (f"each code path fitted on its own ({'/'.join(primary.primitives)} sets alpha and beta; "
             f"{env.factors_text()}): AIC {aic:.1f} against {aic_joint:.1f} with one link for every primitive")
-    params = dict(primary.parameters)
-    g = joint.parameters.get("gamma")
-    if g is not None and g.status == "fitted":  # separated by the primitives together, held fixed in each path
-        params["gamma"] = g
+    params = {**primary.parameters, "gamma": joint.parameters["gamma"]} if "gamma" in joint.parameters else \
+        dict(primary.parameters)
     out = replace(joint, parameters=params, residuals=residuals,
                   rms_rel_error=float(np.sqrt(np.mean(rel**2))), median_rel_error=float(np.median(np.abs(rel))),
                   max_rel_error=float(np.max(np.abs(rel))), aic=aic, notes=[*joint.notes, note], cpu=primary.cpu,

@@ -246,12 +246,9 @@ def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: s
     res.environment = env.with_(name=name or f"fitted:{stems}", description=description, source=source,
                                 metadata=res.metadata(), library=library)
     if per_primitive and len(present) > 1:
-        g_fit = best.params.get("gamma")  # a reduction cost the primitives together separated stays that cost
-        kept_gamma = g_fit.value if g_fit is not None and g_fit.status == "fitted" else gamma
-
-        def refit(prims: list[str], algos: str) -> FitResult:
-            return fit(records, prims, algos, min_bytes=min_b, gamma=kept_gamma, name=name, statistic=statistic,
-                       burst=burst, per_primitive=False)
+        def refit(prims: list[str], algos: str) -> FitResult:  # gamma is the device's: every path keeps the joint's
+            return fit(records, prims, algos, min_bytes=min_b, gamma=res.environment.gamma, name=name,
+                       statistic=statistic, burst=burst, per_primitive=False)
         res = fit_per_code_path(res, records, refit, statistic)
     return res
 
