@@ -284,9 +284,9 @@ def test_measured_page_renders(measured: AppTest) -> None:
     assert [c.key for c in measured.get("plotly_chart")] == ["meas_scatter", "meas_contrib", "meas_eff",
                                                             "meas_param_chart"]
     assert not measured.error
-    # the only warnings: each link's fit, guarded (RMS error above 15% on every shipped link)
-    assert {w.value.split("**")[1] for w in measured.warning} == {"fitted:200mbit", "fitted:2500mbit",
-                                                                  "fitted:1gbit-2x2"}
+    # the only warnings: each link's fit, guarded (RMS error above 15% on two of the three shipped links; the
+    # 2.5 Gbit/s one, fitted per code path, is at 13.9%)
+    assert {w.value.split("**")[1] for w in measured.warning} == {"fitted:200mbit", "fitted:1gbit-2x2"}
     assert all("RMS relative error" in w.value or "includes zero" in w.value or "far outside" in w.value
                for w in measured.warning)
     assert len(measured.dataframe) >= 4  # errors by technique and environment, parameters, fit quality
@@ -316,7 +316,7 @@ def test_measured_controls_change_a_chart(measured: AppTest, change) -> None:
 
 def test_measured_page_shows_either_shipped_run(measured: AppTest) -> None:
     # the fastest technique predicted right per (environment, model) cell: 2 / 3 / 3 of 6 on the first run, 5 / 5 / 5
-    # on the second, 5 / 6 / 5 on the third (bench/bench_validation.py reports the same; 3 / 4 / 4 on the first run
+    # on the second, 5 / 6 / 6 on the third (bench/bench_validation.py reports the same; 3 / 4 / 4 on the first run
     # before ByteScheduler was measured by the mean over ranks: it is now the fastest measured on 1gbit-2x2/gpt_wide)
     def right() -> dict[str, str]:
         return {m.label.split(", ", 1)[1]: m.value for m in measured.metric}
@@ -332,7 +332,7 @@ def test_measured_page_shows_either_shipped_run(measured: AppTest) -> None:
     measured.radio(key="meas_run").set_value("validation-run3").run()
     assert not measured.exception, measured.exception
     assert right() == {"(a) sweep only": "5 of 6", "(b) calibrated, technique left out": "6 of 6",
-                       "(c) shipped defaults": "5 of 6"}
+                       "(c) shipped defaults": "6 of 6"}
     measured.radio(key="meas_predictions").set_value("sidebar").run()  # its records predicted again
     assert not measured.exception, measured.exception
     assert len(measured.metric) == 1
@@ -409,7 +409,7 @@ def test_environments_page_with_an_upload(environments: AppTest) -> None:
     assert len(environments.get("plotly_chart")) == 2
     # the guards, each naming its number (the token bucket is in the model: no beta faster than the wire)
     warned = [w.value for w in environments.warning]
-    assert all(w.startswith("Fit **") for w in warned) and any("RMS relative error 19.8% is above 15%" in w
+    assert all(w.startswith("Fit **") for w in warned) and any("RMS relative error 16.6% is above 15%" in w
                                                                for w in warned)
     # gamma did not earn its parameter (nested models): fixed at 0 with the reason, so no interval to warn of
     assert not any("gamma's 95% confidence interval" in w for w in warned)

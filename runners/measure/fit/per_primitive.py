@@ -3,8 +3,9 @@
 A library runs each primitive through its own code. gloo's all-gather (``allgather.cc``) waits on each step's pair
 of buffers and copies every block into place; its ring all-reduce (``allreduce.cc``) streams segments two at a time;
 its reduce-scatter is that all-reduce (``allreduce_reduce_scatter``). One alpha and one beta for all of them is a
-compromise none of them runs at: over the 18 four-rank environments of the shipped and kept validation runs, the
-all-gather fitted alone took 1.08-1.32 times the all-reduce's alpha (beta 1.01-1.31 times), and the shared alpha
+compromise none of them runs at: over the 36 four-rank environments of the shipped and kept validation runs, the
+all-gather fitted alone took 1.08-1.36 times the all-reduce's alpha (beta 1.01-1.20 times; kept by the AIC in 31),
+and the shared alpha
 priced every small all-reduce above what the sweep measured (e.g. 7.22 ms against 4.8-7.2 ms from 64 B to 256 KiB
 at 1 Gbit/s, validation-run4), while per-tensor BSP and WFBP, which send only all-reduces, paid for it.
 
