@@ -129,3 +129,16 @@ def test_the_shipped_sweeps_show_the_allgather_path() -> None:
     a, b = env.factors("allgather")
     assert 1.1 < a < 1.4 and 0.95 < b < 1.15
     assert env.factors("reduce_scatter") == (1.0, 1.0)  # gloo's reduce-scatter is its all-reduce
+
+
+def test_validation_fits_per_path_unless_told_one_link() -> None:
+    # what `tools/repredict_validation.py DIR --one-link` fits: the held-out run's 1 Gbit/s link, both ways
+    from runners.validate.rank import fit_link
+
+    d = ROOT / "bench/results/validation_4ranks_perpath/1gbit-2x2"
+    plan = json.loads((d / "plan.json").read_text())
+    per_path = fit_link(d / "records.jsonl", plan).environment
+    one = fit_link(d / "records.jsonl", plan, per_primitive=False).environment
+    assert per_path.primitive_factors and not one.primitive_factors
+    assert per_path == cm.Environment.load(d / "environment.json")  # the run kept what validation fits
+    assert per_path.alpha < one.alpha  # the all-gather's slower steps no longer price the all-reduces

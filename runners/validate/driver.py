@@ -258,8 +258,8 @@ def same_fit(old: Any, new: Any, rtol: float = 1e-6) -> bool:
     return same(old.to_dict(), new.to_dict())
 
 
-def repredict(out: str | os.PathLike[str], terms: Sequence[str] | None = None, probes: bool = False
-              ) -> list[dict[str, Any]]:
+def repredict(out: str | os.PathLike[str], terms: Sequence[str] | None = None, probes: bool = False,
+              per_primitive: bool = True) -> list[dict[str, Any]]:
     """Predict a finished validation again with today's models: every environment directory's link is fitted again
     to its sweep (``environment.json`` replaced, atomically), and its records, that environment and its profiles
     go through :func:`compare` once more, and ``validation.jsonl``, ``.csv`` and ``.md``
@@ -267,7 +267,7 @@ def repredict(out: str | os.PathLike[str], terms: Sequence[str] | None = None, p
     The measurements are not touched. The command and the notes of the old ``validation.md`` are kept, the
     host notes refreshed from each ``host_load.json``. ``terms``: what (b) calibrates (default: calibrate's
     ``FITTED``); ``probes``: every cell at the latency its runs' probes measured (:mod:`.latency`; runs that kept
-    them)."""
+    them); ``per_primitive``: False fits one link for every primitive (:func:`.rank.fit_link`)."""
     import tempfile
 
     import costmodels as cm
@@ -297,7 +297,7 @@ def repredict(out: str | os.PathLike[str], terms: Sequence[str] | None = None, p
             continue
         env = cm.Environment.load(envdir / "environment.json")
         if "sweep" in plan and (envdir / "records.jsonl").is_file():  # today's link model, fitted again
-            refit = fit_link(envdir / "records.jsonl", plan).environment
+            refit = fit_link(envdir / "records.jsonl", plan, per_primitive).environment
             if not same_fit(env, refit):  # else the stored file stays byte for byte, and is what predicts
                 env = refit
                 env.save(envdir / "environment.json")

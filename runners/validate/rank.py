@@ -77,9 +77,10 @@ def sweep_sizes(sw: dict[str, Any]) -> list[int]:
     return sizes
 
 
-def fit_link(records: Path, plan: dict[str, Any]) -> Any:
+def fit_link(records: Path, plan: dict[str, Any], per_primitive: bool = True) -> Any:
     """The link's environment fitted to its sweep as the plan says (``fit_method: two_regimes``: alpha from the
-    latency-bound sizes, beta from the bandwidth-bound ones, where the sweep reaches both; else one fit)."""
+    latency-bound sizes, beta from the bandwidth-bound ones, where the sweep reaches both; else one fit); each
+    primitive's code path on its own where the AIC says so, unless ``per_primitive`` is False (one link)."""
     import costmodels as cm
     from runners.measure import fit
 
@@ -91,7 +92,8 @@ def fit_link(records: Path, plan: dict[str, Any]) -> Any:
     # the plan names textbook algorithms; the fit prices what the records' backend ran (gloo's allgather)
     backend = fit.records_backend(results.load(records).records)
     how = dict(primitive=sw["ops"], algorithm=fit.as_run_by(plan.get("fit_algorithm"), backend),
-               name=plan.get("environment_name"), statistic=plan.get("fit_statistic", "median"))
+               name=plan.get("environment_name"), statistic=plan.get("fit_statistic", "median"),
+               per_primitive=per_primitive)
     two = sizes[-1] >= fit.BANDWIDTH_FROM and sizes[0] < (lat_bytes or fit.LATENCY_BELOW)
     if plan.get("fit_method") == "two_regimes" and not two:
         print(f"# note: the sweep ({cm.format_size(sizes[0])} to {cm.format_size(sizes[-1])}) does not reach "
