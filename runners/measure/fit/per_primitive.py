@@ -5,9 +5,9 @@ of buffers and copies every block into place; its ring all-reduce (``allreduce.c
 its reduce-scatter is that all-reduce (``allreduce_reduce_scatter``). One alpha and one beta for all of them is a
 compromise none of them runs at: over the 36 four-rank environments of the shipped and kept validation runs, the
 all-gather fitted alone took 1.08-1.36 times the all-reduce's alpha (beta 1.01-1.20 times; kept by the AIC in 31),
-and the shared alpha
-priced every small all-reduce above what the sweep measured (e.g. 7.22 ms against 4.8-7.2 ms from 64 B to 256 KiB
-at 1 Gbit/s, validation-run4), while per-tensor BSP and WFBP, which send only all-reduces, paid for it.
+and the shared alpha priced every small all-reduce above what the sweep measured (e.g. 7.22 ms against 4.8-7.2 ms
+from 64 B to 256 KiB at 1 Gbit/s, validation-run4), while per-tensor BSP and WFBP, which send only all-reduces,
+paid for it.
 
 :func:`per_primitive` groups the fitted primitives by their cost formula (one formula, one code path: gloo's
 reduce-scatter joins its all-reduce), fits each group with the same fitter, and keeps the group holding the
