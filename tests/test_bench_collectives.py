@@ -64,6 +64,12 @@ def check_sweep(records: list[dict], ops: list[str], sizes: list[int], world: in
         # CPU ranks: each call's CPU seconds (process time, every thread), mean over ranks; a call takes some
         assert 0 < x["cpu_s"] < 60 and 0 < x["cpu_mean_s"] < 60
         assert x["time_min_s"] <= x["time_p10_s"] <= x["time_s"] <= x["time_p90_s"] <= max(x["times"])
+        # the chain time, each rank's calls summed (the slowest rank's), never exceeds the mean of the per-iteration
+        # maxima over ranks (sum_k max_i d_ik >= max_i sum_k d_ik); sendrecv times rank 0 alone, so they are equal
+        mean = sum(x["times"]) / len(x["times"])
+        assert 0 < x["time_chain_s"] <= mean * (1 + 1e-12)
+        if c["op"] == "sendrecv":
+            assert math.isclose(x["time_chain_s"], mean, rel_tol=1e-9)
         assert math.isclose(x["algbw_GBps"], c["bytes"] / x["time_s"] / 1e9)
         assert math.isclose(x["busbw_GBps"], x["algbw_GBps"] * cm.busbw_factor(c["op"], world))
         assert (run["backend"], run["world_size"], run["ranks_per_node"], run["local_world_size"]) == (

@@ -124,6 +124,31 @@ def test_record_se_is_the_standard_error_of_the_statistic_by_hand() -> None:
     assert record_se({"result": {"time_s": 2.0}}, "mean") == 0.0  # no times (an import): weighs as before
 
 
+def test_record_time_chain_is_the_kept_chain_time_else_the_mean() -> None:
+    from runners.measure.fit.records import record_se, record_time
+
+    rec = {"result": {"time_s": 2.0, "times": [1.0, 3.0, 1.0, 4.0], "time_chain_s": 1.8}}
+    assert record_time(rec, "median") == 2.0 and record_time(rec, "mean") == 2.25  # (1 + 3 + 1 + 4) / 4
+    assert record_time(rec, "chain") == 1.8
+    assert record_se(rec, "chain") == record_se(rec, "mean")  # a mean of the same calls
+    old = {"result": {"time_s": 2.0, "times": [1.0, 3.0, 1.0, 4.0]}}  # a sweep before time_chain_s: the mean
+    assert record_time(old, "chain") == 2.25
+    for bad in (0.0, -1.0, float("nan"), True, "1.8"):  # never a non-positive, non-finite or non-number chain
+        assert record_time({"result": {**old["result"], "time_chain_s": bad}}, "chain") == 2.25
+    assert record_time({"result": {"time_s": 2.0}}, "chain") == 2.0  # an import without times
+    with pytest.raises(cm.CommscopeError, match="median, mean, chain"):
+        record_time(rec, "max")
+    # a fit to the chain statistic fits those times and says so
+    recs = synth("ring_allreduce", ps=(4,), reps=1, noise=0.0)
+    for r in recs:
+        r["result"]["time_chain_s"] = r["result"]["time_s"] * 0.9
+    res = fitting.fit(recs, "allreduce", "ring_allreduce", statistic="chain")
+    ref = fitting.fit(recs, "allreduce", "ring_allreduce")
+    assert res.parameters["alpha"].value == pytest.approx(0.9 * ref.parameters["alpha"].value, rel=1e-6)
+    assert res.parameters["beta"].value == pytest.approx(0.9 * ref.parameters["beta"].value, rel=1e-6)
+    assert any("chain time" in n for n in res.notes)
+
+
 def test_a_record_whose_times_scatter_weighs_less() -> None:
     # a clean ring sweep at p = 2 (t = 2 alpha + n beta, times steady to 0.1%) plus one 16 MiB record 20% slow
     # whose 15 calls are bimodal (351 and 523 in 5:10, as gloo's p = 2 all-gather measured): unweighted, the slow

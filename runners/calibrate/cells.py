@@ -23,11 +23,12 @@ from costmodels.errors import CommscopeError
 OVERLAPPING = frozenset({"wfbp", "fusion", "mgwfbp", "bytescheduler", "dear", "zero", "fsdp"})
 
 #: The sweep fit that validation uses (:func:`runners.validate.suite.make_plan`): ring allreduce and
-#: allgather, reduce-scatter left to ``auto`` (gloo's is a whole-buffer allreduce); the mean message time,
-#: since an iteration sends its messages back to back. Each is fitted as the records' backend runs it
+#: allgather, reduce-scatter left to ``auto`` (gloo's is a whole-buffer allreduce); the chain time (each rank's
+#: calls summed; the mean of the per-iteration times in records made before sweeps kept it), since an iteration
+#: sends its messages back to back. Each is fitted as the records' backend runs it
 #: (:func:`runners.measure.fit.as_run_by`: gloo's allgather).
 SWEEP_ALGORITHM = "ring_allreduce,ring_allgather"
-SWEEP_STATISTIC = "mean"
+SWEEP_STATISTIC = "chain"
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,8 @@ def fit_command(
     min_size: Annotated[str, typer.Option("--min-size", help="leave out smaller records, e.g. 64KiB")] = "0",
     gamma: Annotated[str, typer.Option(help="'auto' (fitted where identifiable, else 0) or a fixed s/byte")] = "auto",
     statistic: Annotated[str, typer.Option(
-        help="time of a record: median (time_s) or mean of its per-iteration times (messages back to back)")
+        help="time of a record: median (time_s), mean of its per-iteration times, or chain (each rank's calls "
+             "summed, the slowest rank's; messages back to back)")
     ] = "median",
     out: Annotated[Path | None, typer.Option(help="write the fitted environment JSON here (atomically)")] = None,
     record: Annotated[Path | None, typer.Option(help="append an environment record to this results file")] = None,

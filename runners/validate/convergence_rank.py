@@ -54,7 +54,7 @@ def _guarded(ctx: Any, what: str, fn: Any) -> bool:
     return not bad
 
 
-LINK_FIT = {"fit_method": "two_regimes", "fit_algorithm": "ring_allreduce,ring_allgather", "fit_statistic": "mean"}
+LINK_FIT = {"fit_method": "two_regimes", "fit_algorithm": "ring_allreduce,ring_allgather", "fit_statistic": "chain"}
 
 
 def _sweep_and_fit(ctx: Any, plan: dict[str, Any]) -> None:

@@ -112,8 +112,9 @@ def make_plan(suite: Suite, envdir: Path, ranks: int, ranks_per_node: int, threa
             "profile_path": first["profile_path"],
             # reduce_scatter is left to auto: gloo's is an allreduce of the whole buffer
             "fit_algorithm": "ring_allreduce,ring_allgather",
-            # iterations send many messages back to back: their cost is the mean message time, not the median
-            "fit_statistic": "mean",
+            # iterations send many messages back to back: their cost is each rank's calls summed (the chain
+            # time, runners.measure.sweep.timing), not the median nor the mean of per-iteration maxima
+            "fit_statistic": "chain",
             # alpha from the latency-bound sizes, beta from the bandwidth-bound ones: a shaped link's token
             # bucket makes the sizes between them faster than any one alpha-beta line
             "fit_method": "two_regimes",

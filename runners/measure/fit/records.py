@@ -79,43 +79,53 @@ class _Data:
     cpu: np.ndarray | None = None  # CPU seconds per call of each record, mean over ranks (NaN where not measured)
 
 
-STATISTICS = ("median", "mean")
+STATISTICS = ("median", "mean", "chain")
 
 
 def record_time(record: dict[str, Any], statistic: str = "median") -> float:
-    """A collective record's time: its median (``time_s``), or the mean of its per-iteration ``times``.
+    """A collective record's time: its median (``time_s``), the mean of its per-iteration ``times``, or
+    its ``chain`` time.
 
     The mean is what a chain of many messages costs per message (sum of n draws ~ n x mean): on
     shared cores a small message's time is bimodal (0.2 ms usually, 4 ms one time in five, measured
     with 2 gloo ranks on 2 cores), so its median understates what 47 of them take back to back.
+    ``chain`` is closer still: ``time_chain_s``, each rank's calls summed over the iterations (the slowest
+    rank's), which the per-iteration maxima over ranks overstate where the ranks' calls end at jittered times
+    (:mod:`runners.measure.sweep.timing`); records made before the sweep kept it fall back to the mean.
     Records without ``times`` (imported nccl-tests logs) keep ``time_s``.
     """
     if statistic not in STATISTICS:
         raise CommscopeError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
-    times = record["result"].get("times")
-    if statistic == "mean" and isinstance(times, list) and times:
+    result = record["result"]
+    chain = result.get("time_chain_s")
+    if statistic == "chain" and isinstance(chain, (int, float)) and not isinstance(chain, bool) \
+            and math.isfinite(chain) and chain > 0:
+        return float(chain)
+    times = result.get("times")
+    if statistic in ("mean", "chain") and isinstance(times, list) and times:
         return float(np.mean(times))
-    return float(record["result"]["time_s"])
+    return float(result["time_s"])
 
 
 def record_cpu(record: dict[str, Any], statistic: str = "median") -> float:
     """A collective record's CPU seconds per call (``cpu_s``, or ``cpu_mean_s`` for the mean; sweeps on CPU ranks
     keep them), NaN where it has none."""
-    value = record["result"].get("cpu_mean_s" if statistic == "mean" else "cpu_s")
+    value = record["result"].get("cpu_s" if statistic == "median" else "cpu_mean_s")
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
     return float(value) if ok else math.nan
 
 
 def record_se(record: dict[str, Any], statistic: str = "median") -> float:
     """The relative standard error of :func:`record_time` from the record's per-iteration ``times``: s / sqrt(k) /
-    mean for the mean, sqrt(pi / 2) times that for the median (its large-sample efficiency under a normal
-    spread); 0 for a record without at least two ``times`` (an imported log), which then weighs as before."""
+    mean for the mean (and the chain time, a mean of the same calls), sqrt(pi / 2) times that for the median (its
+    large-sample efficiency under a normal spread); 0 for a record without at least two ``times`` (an imported
+    log), which then weighs as before."""
     times = record["result"].get("times")
     if not isinstance(times, list) or len(times) < 2:
         return 0.0
     t = np.asarray(times, dtype=np.float64)
     se = float(t.std(ddof=1) / math.sqrt(len(t)) / t.mean()) if t.mean() > 0 else 0.0
-    return se if statistic == "mean" else se * math.sqrt(math.pi / 2)
+    return se * math.sqrt(math.pi / 2) if statistic == "median" else se
 
 
 def _unique(pairs: list[tuple[dict[str, Any], str | None]]) -> tuple[list[tuple[dict[str, Any], str | None]], int]:

@@ -134,8 +134,9 @@ def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: s
         gamma: ``"auto"`` (fitted where the design separates it from beta, else fixed at 0 with the
             reason) or a fixed value in s/byte.
         name: the environment's name (default ``fitted:<file stems>``).
-        statistic: the time of a record fitted: ``"median"`` (``time_s``) or ``"mean"`` of its
-            per-iteration times (see :func:`record_time`).
+        statistic: the time of a record fitted: ``"median"`` (``time_s``), ``"mean"`` of its
+            per-iteration times, or ``"chain"`` (each rank's calls summed, the slowest rank's: ``time_chain_s``,
+            the mean where a record lacks it; see :func:`record_time`).
         burst: the token bucket of the link in bytes (:mod:`costmodels.collectives.token_bucket`); None: the
             records' network spec says (an emulated link's ``tc tbf``; 0 for a NIC).
         per_primitive: fit each code path (primitives priced by one formula) on its own and keep the others as
@@ -154,6 +155,9 @@ def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: s
     d, notes = _select(pairs, prims, min_b, bad, paths, statistic)
     if statistic == "mean":
         notes.append("fitted to the mean of each record's per-iteration times (the cost of messages back to back)")
+    elif statistic == "chain":
+        notes.append("fitted to each record's chain time (each rank's calls summed, the slowest rank's: the cost of "
+                     "messages back to back)")
     sizes = sorted(set(d.n.tolist()))
     if len(sizes) < 2:
         raise CommscopeError(f"all {len(d.y)} {'/'.join(prims)} record(s) have one size ({cm.format_size(sizes[0])}):"

@@ -40,6 +40,7 @@ def result_of(op: str, nbytes: int, world: int, m: Measurement) -> dict[str, Any
     return {"time_s": m.median, "algbw_GBps": algbw, "busbw_GBps": busbw, "wrong": m.wrong, "checked": m.checked,
             "time_min_s": m.min,
             "time_p10_s": m.p10, "time_p90_s": m.p90, "times": m.times, "nranks": world,
+            **({} if m.chain is None else {"time_chain_s": m.chain}),
             **({} if m.cpu is None else {"cpu_s": m.cpu_median, "cpu_mean_s": float(sum(m.cpu) / len(m.cpu))})}
 
 
