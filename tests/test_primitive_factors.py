@@ -144,3 +144,21 @@ def test_validation_fits_per_path_unless_told_one_link() -> None:
     # the run kept what validation fits (its path aside: provenance, not fit)
     assert same_fit(cm.Environment.load(d / "environment.json"), per_path)
     assert per_path.alpha < one.alpha  # the all-gather's slower steps no longer price the all-reduces
+
+
+def test_validation_fits_each_links_chain_time() -> None:
+    # the held-out run made with the chain time kept (bench/results/validation_4ranks_chain): its kept fits are
+    # what validation fits, and the chain statistic prices each link's latency below the mean of the
+    # per-iteration maxima on the same records (alpha 0.93 / 1.12 / 0.96 ms against 1.02 / 1.24 / 1.06 ms)
+    from runners.validate.driver import same_fit
+    from runners.validate.rank import fit_link
+
+    for link in ("200mbit", "1gbit-2x2", "2500mbit"):
+        d = ROOT / "bench/results/validation_4ranks_chain" / link
+        plan = json.loads((d / "plan.json").read_text())
+        assert plan["fit_statistic"] == "chain"
+        chain = fit_link(d / "records.jsonl", plan).environment
+        assert same_fit(cm.Environment.load(d / "environment.json"), chain)
+        mean = fit_link(d / "records.jsonl", {**plan, "fit_statistic": "mean"}).environment
+        assert 0.85 < chain.alpha / mean.alpha < 0.95, link
+        assert chain.beta < mean.beta, link

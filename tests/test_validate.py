@@ -226,6 +226,8 @@ def test_plan_profiles_mgwfbp_from_this_run(tmp_path) -> None:
     mg = dict(plan["techniques"])["mgwfbp"]
     assert mg["profile"] == plan["profile_path"] and mg["env"] == plan["environment"]
     assert plan["sweep"]["ops"] == ["allreduce", "allgather", "reduce_scatter"]
+    # the link is fitted as an iteration sends its messages: back to back, each rank's calls summed
+    assert (plan["fit_method"], plan["fit_statistic"]) == ("two_regimes", "chain")
     json.dumps(plan)  # what the rank side reads
 
 
