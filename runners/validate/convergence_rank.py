@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from costmodels.errors import CommscopeError
+from runners.calibrate.cells import SWEEP_ALGORITHM, SWEEP_STATISTIC
 
 from .rank import PROGRESS, _agree, _profile, _say, fit_link, load_plan, sweep_sizes, torchrun_node
 
@@ -54,7 +55,7 @@ def _guarded(ctx: Any, what: str, fn: Any) -> bool:
     return not bad
 
 
-LINK_FIT = {"fit_method": "two_regimes", "fit_algorithm": "ring_allreduce,ring_allgather", "fit_statistic": "chain"}
+LINK_FIT = {"fit_method": "two_regimes", "fit_algorithm": SWEEP_ALGORITHM, "fit_statistic": SWEEP_STATISTIC}
 
 
 def _sweep_and_fit(ctx: Any, plan: dict[str, Any]) -> None:

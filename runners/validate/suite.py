@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from costmodels.errors import CommscopeError
+from runners.calibrate.cells import SWEEP_ALGORITHM, SWEEP_STATISTIC
 
 LATENCY_BYTES = 64 * 1024  # sweep sizes below this are latency-bound: Suite.latency_iters iterations each
 
@@ -111,10 +112,10 @@ def make_plan(suite: Suite, envdir: Path, ranks: int, ranks_per_node: int, threa
             "environment_name": f"fitted:{envdir.name}",
             "profile_path": first["profile_path"],
             # reduce_scatter is left to auto: gloo's is an allreduce of the whole buffer
-            "fit_algorithm": "ring_allreduce,ring_allgather",
+            "fit_algorithm": SWEEP_ALGORITHM,
             # iterations send many messages back to back: their cost is each rank's calls summed (the chain
             # time, runners.measure.sweep.timing), not the median nor the mean of per-iteration maxima
-            "fit_statistic": "chain",
+            "fit_statistic": SWEEP_STATISTIC,
             # alpha from the latency-bound sizes, beta from the bandwidth-bound ones: a shaped link's token
             # bucket makes the sizes between them faster than any one alpha-beta line
             "fit_method": "two_regimes",
