@@ -169,8 +169,8 @@ def test_unbiased_quantisers_and_scaled_sign_against_their_definitions() -> None
 
 
 def test_powersgd_recovers_a_low_rank_gradient_and_passes_vectors() -> None:
-    # a fixed draw: float32 rounding of the rank-1 reconstruction leaves a squared relative error of ~1e-13 (seed 1: 9.7e-14), and an
-    # unseeded draw once came to 1.02e-10
+    # a fixed draw: float32 rounding of the rank-1 reconstruction leaves a squared relative error of ~1e-13
+    # (seed 1: 9.7e-14), and an unseeded draw once came to 1.02e-10
     gen = torch.Generator().manual_seed(1)
     u, v = torch.randn(32, 1, generator=gen), torch.randn(1, 48, generator=gen)
     assert ratios("powersgd:1", (u @ v).reshape(-1), draws=2, shape=(32, 48))["overall"][0] < 1e-10
