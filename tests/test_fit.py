@@ -125,7 +125,9 @@ def test_record_se_is_the_standard_error_of_the_statistic_by_hand() -> None:
 
 
 def test_record_time_chain_is_the_kept_chain_time_else_the_mean() -> None:
-    from runners.measure.fit.records import record_se, record_time
+    from runners.measure.fit.records import STATISTIC_WORDS, STATISTICS, record_se, record_time
+
+    assert tuple(STATISTIC_WORDS) == STATISTICS  # every statistic has the words validate's notes print for it
 
     rec = {"result": {"time_s": 2.0, "times": [1.0, 3.0, 1.0, 4.0], "time_chain_s": 1.8}}
     assert record_time(rec, "median") == 2.0 and record_time(rec, "mean") == 2.25  # (1 + 3 + 1 + 4) / 4

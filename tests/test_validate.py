@@ -293,6 +293,10 @@ def test_validate_end_to_end_on_the_host(tmp_path) -> None:
     assert all(r["result"]["comm_share_bsp"] is not None for r in recs)
     assert (tmp_path / "host" / "profile-gpt_small.json").exists()
     assert (tmp_path / "validation.csv").read_text().startswith("technique,environment,p,model")
+    # the notes name the statistic the plan fitted the link to (calibrate's SWEEP_STATISTIC, the chain time)
+    plan = json.loads((tmp_path / "host" / "plan.json").read_text())
+    assert plan["fit_statistic"] == "chain" and "fitted to the chain times (the slowest rank's timed calls summed" \
+        in (tmp_path / "validation.md").read_text()
     assert (tmp_path / "host" / "environment.json").exists() and (tmp_path / "host" / "profile.json").exists()
     prof = cm.load_profile(tmp_path / "host" / "profile.json")
     assert "synchronised_forward_s" in prof.metadata and prof.metadata["concurrent_ranks"] == 2

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from runners import results
+from runners.calibrate.cells import SWEEP_STATISTIC
 from runners.measure import host_load
+from runners.measure.fit.records import STATISTIC_WORDS
 from runners.torchrun import lifeline
 
 from . import host_cpu
@@ -160,7 +162,7 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
              "(each rank's per-layer medians scaled to its unhooked forward and backward, then the mean over ranks, "
              "then to the slowest rank's forward plus backward with all ranks in step, the median of one such "
              "measurement before each technique's run); the optimizer step is the SGD update timed the same way",
-             "environment: fitted to the mean per-iteration times of this run's own sweep of "
+             f"environment: fitted to the {STATISTIC_WORDS[SWEEP_STATISTIC]} of this run's own sweep of "
              + ", ".join(s.sweep_ops) + " in two regimes (Hockney): alpha from the sizes below 64 KiB, beta and "
              "gamma from those from 256 KiB"]
     emulated = [r for r, _ in envs if r is not None]

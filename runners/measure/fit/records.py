@@ -80,6 +80,8 @@ class _Data:
 
 
 STATISTICS = ("median", "mean", "chain")
+STATISTIC_WORDS = {"median": "median per-iteration times", "mean": "mean per-iteration times",
+                   "chain": "chain times (the slowest rank's timed calls summed, per iteration)"}
 
 
 def record_time(record: dict[str, Any], statistic: str = "median") -> float:
