@@ -36,13 +36,37 @@ it pass at the host's speed and the wait is ``beta max(0, s - B)``. The rest of 
     T_tb = tb(T - beta s; S, W - s) + beta max(0, s - B)
 
 (derived here), which is ``T`` without a bucket.
+
+**A message that finds the bucket full** (:data:`FULL_BUCKET`, derived here). The steps above start on ``c``
+tokens, what one step's idle time earns: right for messages sent back to back, as a sweep times them. A
+message sent after the link sat idle (the first of an iteration, after compute) or after a message whose steps
+never emptied the bucket (``m <= c``: latency-bound) starts on ``B``. The surplus ``E = B - c`` pays for each
+step's shortfall ``d = max(0, m - c)`` until it is spent, so the message takes
+``beta * min(E, S d)`` less (the serial bytes already leave on a full bucket). Emulated 2 x 2 ranks behind
+1 Gbit/s (B = 4 ms of the rate): a 1 MiB all-reduce took 13.1-13.4 ms back to back and 9.8-11.4 ms after
+the small messages of a transformer's gradients; this prices them 13.5 and 10.3 ms.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+
+FULL_BUCKET: contextvars.ContextVar[bool] = contextvars.ContextVar("commscope_full_bucket", default=False)
+
+
+@contextlib.contextmanager
+def full_bucket() -> Iterator[None]:
+    """Within it, every shaped price is that of a message that finds the bucket full (module doc)."""
+    token = FULL_BUCKET.set(True)
+    try:
+        yield
+    finally:
+        FULL_BUCKET.reset(token)
 
 
 def _terms(time: Any, steps: Any, wire_bytes: Any, beta: Any, burst_bytes: Any
@@ -63,6 +87,11 @@ def token_bucket_time(time: Any, steps: Any, wire_bytes: Any, beta: Any, burst_b
     t, s, _, b, idle, per_step = _terms(np.asarray(time) - beta * sb, steps, np.asarray(wire_bytes) - sb, beta,
                                         burst_bytes)
     hidden = np.minimum(np.minimum(idle, per_step * beta), b * beta)
+    if FULL_BUCKET.get():  # the surplus B - c over the steps' shortfalls m - c (module doc)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tokens = np.minimum(b, idle / beta)
+        credit = beta * np.minimum(b - tokens, s * np.maximum(per_step - tokens, 0.0))
+        hidden = hidden + np.where(s > 0, np.nan_to_num(np.maximum(credit, 0.0)) / np.where(s > 0, s, 1.0), 0.0)
     return np.where(s > 0, t - s * np.maximum(hidden, 0.0), t) + beta * np.maximum(sb - b, 0.0)
 
 

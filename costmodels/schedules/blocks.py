@@ -106,15 +106,43 @@ def partitions(nbytes: np.ndarray, part: float) -> tuple[np.ndarray, np.ndarray]
     return layer_of, np.minimum(part, nbytes[layer_of] - chunk * part)
 
 
+def chain_prices(comm: Comm, sizes: Any, sent: Any = None) -> np.ndarray:
+    """Times of messages sent one after another on one link, ``sizes`` (..., M) in sending order.
+
+    Over a link shaped by a token bucket, a message finds the bucket full when it is the first of the chain
+    (the link sat idle through compute) or when the message before it never emptied it (it gained nothing from
+    a full bucket: latency-bound); it then takes its full-bucket price (``token_bucket.full_bucket``), the
+    others their back-to-back price, what the sweep measured (derived here; ``costmodels.collectives.
+    token_bucket``). ``sent`` (same shape): which positions carry a message; the others are skipped (a
+    message's predecessor is the last sent one). Without a bucket: ``comm(sizes)``.
+    """
+    from ..collectives.token_bucket import full_bucket
+
+    t = comm(sizes)
+    with full_bucket():
+        full = comm(sizes)
+    credit = np.maximum(t - np.where(np.isfinite(full), full, t), 0.0)
+    if not credit.any():
+        return t
+    on = np.ones(np.shape(credit), dtype=bool) if sent is None else np.broadcast_to(np.asarray(sent, bool),
+                                                                                      np.shape(credit))
+    at = np.arange(credit.shape[-1])
+    last = np.maximum.accumulate(np.where(on, at, -1), axis=-1)  # the last sent position up to each one
+    before = np.concatenate([np.full((*last.shape[:-1], 1), -1), last[..., :-1]], axis=-1)
+    drained = np.take_along_axis(credit, np.maximum(before, 0), axis=-1) > 0
+    return t - np.where((before < 0) | ~drained, credit, 0.0)
+
+
 def chained_prices(comm: Comm, sizes: np.ndarray) -> np.ndarray:
     """Time of each group's K messages sent back to back: ``sizes`` (groups, K) -> (configurations, groups).
 
-    K = 1: one message per group, always sent (an empty group still pays a message). K > 1 (PowerSGD's
-    uncompressed, P and Q all-reduces of a bucket): the empty ones are skipped, unless all are empty.
+    K = 1: one message per group, always sent (an empty group still pays a message), priced as a chain
+    (:func:`chain_prices`). K > 1 (PowerSGD's uncompressed, P and Q all-reduces of a bucket): the empty ones are
+    skipped, unless all are empty; each at its back-to-back price.
     """
     sizes = np.asarray(sizes, dtype=float).reshape(len(sizes), -1)
     if sizes.shape[1] == 1:
-        return comm(sizes[None, :, 0])
+        return chain_prices(comm, sizes[None, :, 0])
     empty = ~(sizes > 0).any(axis=1)
     sent = (sizes > 0) | (empty[:, None] & (np.arange(sizes.shape[1]) == 0))
     return sum(np.where(sent[:, k], comm(sizes[None, :, k]), 0.0) for k in range(sizes.shape[1]))
@@ -127,7 +155,7 @@ def _send_in_order(groups: list[list[int]], ready: np.ndarray, nbytes: np.ndarra
     (``times``: each message's duration, when it is not ``comm`` of its bytes)."""
     sizes = np.array([nbytes[g].sum() for g in groups])
     if times is None:
-        times = comm(sizes) if len(groups) else np.array([])
+        times = chain_prices(comm, sizes) if len(groups) else np.array([])
     events, t = [], link_free
     for g, size, dt in zip(groups, sizes, times, strict=True):
         start = max(t, float(ready[g].max()))

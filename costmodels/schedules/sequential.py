@@ -29,6 +29,7 @@ from .blocks import (
     _result,
     _send_in_order,
     _validated,
+    chain_prices,
     chained_prices,
     greedy_buckets,
     partitions,
@@ -206,7 +207,7 @@ def _local_sgd(prof: ModelProfile, env: Environment, p: int, collective: str | N
     events, _ = _compute_events(prof)
     comm = Comm("allreduce", p, env, collective, params)
     total = float(nbytes.sum())
-    averaging = float(comm(total)[0]) if p > 1 else 0.0
+    averaging = float(chain_prices(comm, np.array([total]))[0]) if p > 1 else 0.0
     if p > 1:  # the model is averaged once, after the H-th step's update: shown on that step
         events.append(Event("comm", "allreduce", f"model average (every {H} steps)", prof.compute_s,
                             prof.compute_s + averaging, total))
@@ -220,7 +221,7 @@ def _local_sgd(prof: ModelProfile, env: Environment, p: int, collective: str | N
 def _per_tensor_kernel(cfg: Configurations, collective: str | None, params: Mapping[str, Any], overlap: bool
                        ) -> np.ndarray:
     back = np.arange(len(cfg.prof) - 1, -1, -1)
-    dt = cfg.comm("allreduce", collective, params)(cfg.nbytes[back][None, :])
+    dt = chain_prices(cfg.comm("allreduce", collective, params), cfg.nbytes[back][None, :])
     if not overlap:
         return cfg.prof.compute_s + dt.sum(axis=1)
     return np.maximum(serial_ends(cfg.ready[back], dt)[:, -1], cfg.prof.compute_s)
@@ -229,7 +230,8 @@ def _per_tensor_kernel(cfg: Configurations, collective: str | None, params: Mapp
 def _bsp_kernel(cfg: Configurations, collective: str | None = None, *, flatten: bool = False,
                 **params: Any) -> np.ndarray:
     if flatten:
-        return cfg.prof.compute_s + cfg.comm("allreduce", collective, params)(np.array([[cfg.nbytes.sum()]]))[:, 0]
+        return cfg.prof.compute_s + chain_prices(cfg.comm("allreduce", collective, params),
+                                                 np.array([[cfg.nbytes.sum()]]))[:, 0]
     return _per_tensor_kernel(cfg, collective, params, overlap=False)
 
 
@@ -247,27 +249,39 @@ def _fusion_kernel(cfg: Configurations, collective: str | None = None, *, bucket
     return np.maximum(serial_ends(ready, times)[:, -1], cfg.prof.compute_s)
 
 
-def _mgwfbp_kernel(cfg: Configurations, collective: str | None = None, **params: Any) -> np.ndarray:
-    """:func:`mgwfbp_groups` with every configuration's group state advanced together."""
-    comm = cfg.comm("allreduce", collective, params)
-    a = comm.latency()[:, 0]
+def mgwfbp_plan(cfg: Configurations, comm: Comm) -> tuple[np.ndarray, np.ndarray]:
+    """MG-WFBP's merges for every configuration (:func:`mgwfbp_groups`, a = latency + o), by layer:
+    whether a group's message goes after that layer's backward, and the bytes of that group. The plan is
+    MG-WFBP's own: its link times are the alpha-beta prices, whatever the messages then take."""
+    a = comm.latency()[:, 0] + cfg.overhead[:, 0]
     nbytes, ready = cfg.nbytes, cfg.ready
     last = len(nbytes) - 1
+    close, size = np.zeros((len(a), last + 1), dtype=bool), np.zeros((len(a), last + 1))
     link = np.zeros(len(a))
     group_bytes, group_ready = np.full(len(a), nbytes[last]), np.full(len(a), ready[last])
     for nxt in range(last - 1, -1, -1):
         start = np.maximum(link, group_ready)
-        close = ready[nxt] >= start + a
-        if close.any():
-            sent = start + comm(group_bytes[:, None])[:, 0]
-            link = np.where(close, sent, link)
-            group_bytes = np.where(close, 0.0, group_bytes)
-            group_ready = np.where(close, ready[nxt], np.maximum(group_ready, ready[nxt]))
+        shut = ready[nxt] >= start + a
+        if shut.any():
+            close[:, nxt + 1], size[:, nxt + 1] = shut, np.where(shut, group_bytes, 0.0)
+            link = np.where(shut, start + comm(group_bytes[:, None])[:, 0], link)
+            group_bytes = np.where(shut, 0.0, group_bytes)
+            group_ready = np.where(shut, ready[nxt], np.maximum(group_ready, ready[nxt]))
         else:
             group_ready = np.maximum(group_ready, ready[nxt])
         group_bytes = group_bytes + nbytes[nxt]
-    end = np.maximum(link, group_ready) + comm(group_bytes[:, None])[:, 0]
-    return np.maximum(end, cfg.prof.compute_s)
+    close[:, 0], size[:, 0] = True, group_bytes
+    return close, size
+
+
+def _mgwfbp_kernel(cfg: Configurations, collective: str | None = None, **params: Any) -> np.ndarray:
+    """:func:`mgwfbp_plan`'s messages, in backward order, each when its group is ready and the link free."""
+    comm = cfg.comm("allreduce", collective, params)
+    close, size = mgwfbp_plan(cfg, comm)
+    back = np.arange(len(cfg.nbytes) - 1, -1, -1)
+    close, size = close[:, back], size[:, back]
+    times = np.where(close, chain_prices(comm, size, sent=close), 0.0)
+    return np.maximum(serial_ends(cfg.ready[back], times)[:, -1], cfg.prof.compute_s)
 
 
 def _ps_kernel(cfg: Configurations, collective: str | None = None, *, k: int | None = None,
@@ -281,7 +295,7 @@ def _local_sgd_kernel(cfg: Configurations, collective: str | None = None, *, H: 
                       ) -> np.ndarray:
     if isinstance(H, bool) or not isinstance(H, (int, np.integer)) or H < 1:
         raise CommscopeError(f"H (local steps between averagings) must be a positive integer, got {H!r}")
-    averaging = cfg.comm("allreduce", collective, params)(np.array([[cfg.nbytes.sum()]]))[:, 0]
+    averaging = chain_prices(cfg.comm("allreduce", collective, params), np.array([[cfg.nbytes.sum()]]))[:, 0]
     return cfg.prof.compute_s + averaging / H
 
 

@@ -52,10 +52,10 @@ import numpy as np
 
 from ..errors import CommscopeError
 from ..timeline import Event
-from .blocks import DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, _bytes_option, chained_prices
+from .blocks import DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, _bytes_option, chain_prices, chained_prices
 from .core import TERMS, Configurations, TermsRun
 from .engine import COMM, COMPUTE, HOST, Graph, events, run_many, run_one
-from .sequential import BYTEPS_PARTITION_BYTES, _fusion_buckets, _ps_plan
+from .sequential import BYTEPS_PARTITION_BYTES, _fusion_buckets, _ps_plan, mgwfbp_plan
 
 KEY_END = 1e9  # place of the optimizer step on the compute stream, after everything else
 
@@ -141,7 +141,7 @@ def _per_tensor(cfg: Configurations, collective: str | None, record: bool, param
     groups = [[i] for i in range(n - 1, -1, -1)]
     sizes = cfg.nbytes[::-1][None, :]
     comm = cfg.comm("allreduce", collective, params)
-    times = comm(sizes)
+    times = chain_prices(comm, sizes)
     return messages_in_order(cfg, groups, times, record, after_backward=after_backward, passes_after=1.0,
                              after_label="gradients averaged",
                              floor=cfg.contended_floor(comm, sizes),
@@ -158,7 +158,7 @@ def _bsp(cfg: Configurations, collective: str | None, record: bool, *, flatten: 
     groups = [back] if flatten else [[i] for i in back]
     sizes = np.array([[cfg.nbytes[x].sum() for x in groups]])
     comm = cfg.comm("allreduce", collective, params)
-    times = comm(sizes)
+    times = chain_prices(comm, sizes)
     g = Graph(len(cfg.p))
     compute_stream(g, cfg)
     j, label = np.arange(len(groups)), [group_label(names, x) for x in groups]
@@ -189,30 +189,6 @@ def _fusion(cfg: Configurations, collective: str | None, record: bool, *, bucket
                              floor=chained_prices(lambda x: cfg.contended_floor(comm, x), sizes))
 
 
-def mgwfbp_plan(cfg: Configurations, comm: Any) -> tuple[np.ndarray, np.ndarray]:
-    """MG-WFBP's merges for every configuration (``sequential.mgwfbp_groups``, a = latency + o), by layer:
-    whether a group's message goes after that layer's backward, and the bytes of that group."""
-    a = comm.latency()[:, 0] + cfg.overhead[:, 0]
-    nbytes, ready = cfg.nbytes, cfg.ready
-    last = len(nbytes) - 1
-    close, size = np.zeros((len(a), last + 1), dtype=bool), np.zeros((len(a), last + 1))
-    link = np.zeros(len(a))
-    group_bytes, group_ready = np.full(len(a), nbytes[last]), np.full(len(a), ready[last])
-    for nxt in range(last - 1, -1, -1):
-        start = np.maximum(link, group_ready)
-        shut = ready[nxt] >= start + a
-        if shut.any():
-            close[:, nxt + 1], size[:, nxt + 1] = shut, np.where(shut, group_bytes, 0.0)
-            link = np.where(shut, start + comm(group_bytes[:, None])[:, 0], link)
-            group_bytes = np.where(shut, 0.0, group_bytes)
-            group_ready = np.where(shut, ready[nxt], np.maximum(group_ready, ready[nxt]))
-        else:
-            group_ready = np.maximum(group_ready, ready[nxt])
-        group_bytes = group_bytes + nbytes[nxt]
-    close[:, 0], size[:, 0] = True, group_bytes
-    return close, size
-
-
 def _mgwfbp(cfg: Configurations, collective: str | None, record: bool, **params: Any) -> TermsRun:
     """A possible message after every layer, of no work where MG-WFBP's plan does not close a group there."""
     comm = cfg.comm("allreduce", collective, params)
@@ -221,7 +197,7 @@ def _mgwfbp(cfg: Configurations, collective: str | None, record: bool, **params:
     close, size = mgwfbp_plan(cfg, comm)
     back = np.arange(n - 1, -1, -1)
     close, size = close[:, back], size[:, back]  # backward order
-    times = np.where(close, comm(size), 0.0)
+    times = np.where(close, chain_prices(comm, size, sent=close), 0.0)
     floor = np.where(close, cfg.contended_floor(comm, size), 0.0)
     g = Graph(len(cfg.p))
     compute_stream(g, cfg)
@@ -277,7 +253,7 @@ def _local_sgd(cfg: Configurations, collective: str | None, record: bool, *, H: 
         raise CommscopeError(f"H (local steps between averagings) must be a positive integer, got {H!r}")
     prof = cfg.prof
     total = float(cfg.nbytes.sum())
-    averaging = cfg.comm("allreduce", collective, params)(np.array([[total]]))[:, 0] + cfg.overhead[:, 0]
+    averaging = chain_prices(cfg.comm("allreduce", collective, params), np.array([[total]]))[:, 0] + cfg.overhead[:, 0]
     step = prof.compute_s + prof.optimizer_s
     evs = None
     if record:
