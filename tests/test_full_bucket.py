@@ -91,7 +91,7 @@ def test_bsp_prices_its_chain_by_hand_in_every_path() -> None:
         assert t.iteration_time == pytest.approx(want, rel=1e-9)
 
 
-@pytest.mark.parametrize("schedule", ["wfbp", "fusion", "mgwfbp", "local_sgd"])
+@pytest.mark.parametrize("schedule", ["wfbp", "fusion", "mgwfbp", "local_sgd", "bytescheduler"])
 def test_every_path_of_the_all_reduce_schedules_agrees_under_a_bucket(schedule: str) -> None:
     prof = _profile()
     r = cm.simulate(prof, SHAPED, 4, schedule, "ring_allreduce")
@@ -112,3 +112,11 @@ def test_the_librarys_choice_finds_the_bucket_full_as_its_algorithm_does() -> No
     assert by_library == pytest.approx(chain_prices(named, sizes), rel=1e-12)
     assert (by_library[0, [0, 2]] < named(sizes)[0, [0, 2]]).all()
     assert by_library[0, [1, 3]] == pytest.approx(named(sizes)[0, [1, 3]], rel=1e-12)
+
+
+def test_an_overflowing_price_stays_infinite_not_nan() -> None:
+    # 6 alpha = 6e308 overflows: the chain keeps the infinite price (the CLI then says so in one line), never NaN
+    comm = Comm("allreduce", 4, SHAPED.with_(alpha=1e308), "ring_allreduce")
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = chain_prices(comm, np.array([262144.0, 16384.0]))
+    assert np.isinf(out).all() and not np.isnan(out).any()

@@ -477,7 +477,9 @@ def test_bench_latency_probes_on_the_kept_run(capsys: pytest.CaptureFixture[str]
     per_tensor = [r for r in res["rows"] if r["technique"] == "bsp" and not r["options"].get("flatten")]
     before = sum(abs(r["error_sweep"]) for r in per_tensor) / len(per_tensor)
     after = sum(abs(r["error_probed"]) for r in per_tensor) / len(per_tensor)
-    assert before == pytest.approx(0.0767, abs=0.002) and after == pytest.approx(0.0493, abs=0.002)
+    # 0.0767 and 0.0493 before the chains priced a message that finds the link's token bucket full
+    # (costmodels.schedules.chain_prices), which took a third of the sweep's over-pricing of per-tensor bsp away
+    assert before == pytest.approx(0.0600, abs=0.002) and after == pytest.approx(0.0505, abs=0.002)
     assert bench.main([str(root / "bench" / "results" / "validation_4ranks_b2b")]) == 2  # no probes kept there
     err = capsys.readouterr().err
     assert err.startswith("commscope: error:") and "latency_probes.jsonl" in err

@@ -119,9 +119,13 @@ def chain_prices(comm: Comm, sizes: Any, sent: Any = None) -> np.ndarray:
     from ..collectives.token_bucket import full_bucket
 
     t = comm(sizes)
+    burst = getattr(getattr(comm, "env", None), "burst_bytes", None)
+    if burst is not None and not np.any(np.asarray(burst) > 0):  # no link has a bucket: nothing to price again
+        return t
     with full_bucket():
         full = comm(sizes)
-    credit = np.maximum(t - np.where(np.isfinite(full), full, t), 0.0)
+    with np.errstate(invalid="ignore"):  # an infinite price (an overflowing environment) keeps it, credited nothing
+        credit = np.where(np.isfinite(t) & np.isfinite(full), np.maximum(t - full, 0.0), 0.0)
     if not credit.any():
         return t
     on = np.ones(np.shape(credit), dtype=bool) if sent is None else np.broadcast_to(np.asarray(sent, bool),

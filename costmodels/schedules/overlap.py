@@ -29,6 +29,7 @@ from .blocks import (
     _bytes_option,
     _validated,
     bounded_buckets,
+    chain_prices,
     decoupled,
     negotiation_time,
     partitions,
@@ -38,6 +39,9 @@ from .bytescheduler_batches import _send_batches
 from .core import SCHEDULES, TERMS, B, C, Configurations, F, IterationResult, Schedule, U, has_terms, simulate
 
 ITERATIONS = 4  # the pattern repeats from the second iteration on; four leave a margin
+# Each partition is its own all-reduce, and over a link with a token bucket each is priced as a message of a
+# chain in priority order (blocks.chain_prices): within a batch that is the order they are sent in; a batch's first
+# partition is taken to follow the one before it in that order, which it may not have (an approximation).
 # ByteScheduler's vectorized kernel stops at three: its period from iterations 2-3 equals that from 3-4 to 1e-13
 # (every shipped profile x 1GbE/10GbE/25GbE/IB-EDR x p 2..128 x three partition/credit pairs; tested against
 # the event simulation, which runs ITERATIONS), and the kernel's time is linear in the iterations it runs
@@ -232,6 +236,7 @@ def _bytescheduler(prof: ModelProfile, env: Environment, p: int, collective: str
     comm = Comm("allreduce", p, env, collective, params)
     layer_of, size_of = partitions(nbytes, part)  # priority = layer index (closest to the input first)
     neg = negotiation_time(p, env, len(size_of), negotiation)
+    chained = chain_prices(comm, size_of) if p > 1 else np.zeros(len(size_of))  # chain: see ITERATIONS
 
     def plan(ready: np.ndarray, link: float) -> tuple[list[Event], np.ndarray, float]:
         events, done = [], np.zeros(len(ready))
@@ -249,7 +254,7 @@ def _bytescheduler(prof: ModelProfile, env: Environment, p: int, collective: str
                 batch.append(q)
                 total += size_of[q]
             link += neg  # the batch's negotiation
-            dt = float(np.sum(comm(size_of[batch])))  # one all-reduce per partition, back to back
+            dt = float(np.sum(chained[batch]))  # one all-reduce per partition, back to back
             lo, hi = names[layer_of[batch[0]]], names[layer_of[batch[-1]]]
             events.append(Event("comm", "allreduce", lo if lo == hi else f"{lo}..{hi}", link, link + dt, total))
             link += dt
@@ -286,7 +291,7 @@ def _bytescheduler_kernel(cfg: Configurations, collective: str | None = None, *,
     first = np.flatnonzero(np.append(True, ready_after[1:] != ready_after[:-1]))
     plateaus = first, ready_after[first]
     c = cfg.p.shape[0]
-    price = np.broadcast_to(comm(size_of[None, :]), (c, len(size_of)))  # each partition is its own all-reduce
+    price = np.broadcast_to(chain_prices(comm, size_of[None, :]), (c, len(size_of)))  # chain: see ITERATIONS
     neg = np.broadcast_to(negotiation_time(cfg.p, cfg.env, len(size_of), negotiation), (c, 1))[:, 0]
     ps = np.concatenate([[0.0], np.cumsum(size_of)])
     pp = np.concatenate([np.zeros((c, 1)), np.cumsum(price, axis=1)], axis=1)

@@ -249,10 +249,11 @@ def _fusion_kernel(cfg: Configurations, collective: str | None = None, *, bucket
     return np.maximum(serial_ends(ready, times)[:, -1], cfg.prof.compute_s)
 
 
-def mgwfbp_plan(cfg: Configurations, comm: Comm) -> tuple[np.ndarray, np.ndarray]:
+def mgwfbp_plan(cfg: Configurations, comm: Comm) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """MG-WFBP's merges for every configuration (:func:`mgwfbp_groups`, a = latency + o), by layer:
-    whether a group's message goes after that layer's backward, and the bytes of that group. The plan is
-    MG-WFBP's own: its link times are the alpha-beta prices, whatever the messages then take."""
+    whether a group's message goes after that layer's backward, the bytes of that group, and when the plan's last
+    message ends. The plan is MG-WFBP's own: its link times are the messages' prices one by one, whatever a chain
+    of them then takes (:func:`.blocks.chain_prices`)."""
     a = comm.latency()[:, 0] + cfg.overhead[:, 0]
     nbytes, ready = cfg.nbytes, cfg.ready
     last = len(nbytes) - 1
@@ -271,13 +272,15 @@ def mgwfbp_plan(cfg: Configurations, comm: Comm) -> tuple[np.ndarray, np.ndarray
             group_ready = np.maximum(group_ready, ready[nxt])
         group_bytes = group_bytes + nbytes[nxt]
     close[:, 0], size[:, 0] = True, group_bytes
-    return close, size
+    return close, size, np.maximum(link, group_ready) + comm(group_bytes[:, None])[:, 0]
 
 
 def _mgwfbp_kernel(cfg: Configurations, collective: str | None = None, **params: Any) -> np.ndarray:
     """:func:`mgwfbp_plan`'s messages, in backward order, each when its group is ready and the link free."""
     comm = cfg.comm("allreduce", collective, params)
-    close, size = mgwfbp_plan(cfg, comm)
+    close, size, planned = mgwfbp_plan(cfg, comm)
+    if not np.any(np.asarray(cfg.env.burst_bytes) > 0):  # no bucket: each message at its price, as planned
+        return np.maximum(planned, cfg.prof.compute_s)
     back = np.arange(len(cfg.nbytes) - 1, -1, -1)
     close, size = close[:, back], size[:, back]
     times = np.where(close, chain_prices(comm, size, sent=close), 0.0)

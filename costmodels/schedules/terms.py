@@ -194,7 +194,7 @@ def _mgwfbp(cfg: Configurations, collective: str | None, record: bool, **params:
     comm = cfg.comm("allreduce", collective, params)
     prof = cfg.prof
     n, names = len(prof), [x.name for x in prof.layers]
-    close, size = mgwfbp_plan(cfg, comm)
+    close, size, _ = mgwfbp_plan(cfg, comm)
     back = np.arange(n - 1, -1, -1)
     close, size = close[:, back], size[:, back]  # backward order
     times = np.where(close, chain_prices(comm, size, sent=close), 0.0)

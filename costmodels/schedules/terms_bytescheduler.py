@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import CommscopeError
 from ..timeline import Event
-from .blocks import _bytes_option, negotiation_time, partitions
+from .blocks import _bytes_option, chain_prices, negotiation_time, partitions
 from .core import TERMS, Configurations, TermsRun
 from .overlap import ITERATIONS
 from .terms_bytescheduler_fast import integral, periods
@@ -55,7 +55,7 @@ def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partit
     first_of_layer = np.searchsorted(layer_of, np.arange(n))
     c = cfg.p.shape[0]
     comm = cfg.comm("allreduce", collective, params)
-    price = np.broadcast_to(comm(size_of[None, :]), (c, len(size_of)))
+    price = np.broadcast_to(chain_prices(comm, size_of[None, :]), (c, len(size_of)))  # overlap.py: chain
     floor = np.broadcast_to(cfg.contended_floor(comm, size_of[None, :]), (c, len(size_of)))
     o = cfg.overhead[:, 0]
     neg = np.broadcast_to(negotiation_time(cfg.p, cfg.env, len(size_of), negotiation), (c, 1))[:, 0]
