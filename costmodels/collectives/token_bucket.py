@@ -43,7 +43,7 @@ message sent after the link sat idle (the first of an iteration, after compute) 
 never emptied the bucket (``m <= c``: latency-bound) starts on ``B``. The surplus ``E = B - c`` pays for each
 step's shortfall ``d = max(0, m - c)`` until it is spent, so the message takes
 ``beta * min(E, S d)`` less (the serial bytes already leave on a full bucket). Emulated 2 x 2 ranks behind
-1 Gbit/s (B = 4 ms of the rate): a 1 MiB all-reduce took 13.1-13.4 ms back to back and 9.8-11.4 ms after
+1 Gbit/s (B = 4 ms of the rate): a 1 MiB all-reduce took 13.1-13.6 ms back to back and 9.8-11.4 ms after
 the small messages of a transformer's gradients; this prices them 13.5 and 10.3 ms.
 """
 
