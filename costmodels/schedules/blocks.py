@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .._inputs import as_rank
+from ..collectives.token_bucket import full_bucket
 from ..environment import Environment
 from ..errors import CommscopeError
 from ..messages import Comm
@@ -116,8 +117,6 @@ def chain_prices(comm: Comm, sizes: Any, sent: Any = None) -> np.ndarray:
     token_bucket``). ``sent`` (same shape): which positions carry a message; the others are skipped (a
     message's predecessor is the last sent one). Without a bucket: ``comm(sizes)``.
     """
-    from ..collectives.token_bucket import full_bucket
-
     t = comm(sizes)
     burst = getattr(getattr(comm, "env", None), "burst_bytes", None)
     if burst is not None and not np.any(np.asarray(burst) > 0):  # no link has a bucket: nothing to price again
