@@ -81,7 +81,7 @@ def accuracy_table(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def percent_columns(table: pd.DataFrame) -> list[str]:
-    return [c for c in table.columns if c.endswith("|error|") or c in ("spread", "comm_share_bsp")
+    return [c for c in table.columns if c.endswith("|error|") or c in ("spread", "comm_share_bsp", "max regret")
             or c.startswith("error")]
 
 
@@ -95,9 +95,10 @@ def ranking(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         s, w = summary(rows, k)["all"], winners(rows, k)
         out.append({"prediction": LABELS[k], "key": k, "cells": s["n"], "median |error|": s["median_abs_error"],
                     "max |error|": s["max_abs_error"], "within spread": s["within_spread"],
-                    "fastest right": w["right"], "contests": w["n"]})
+                    "fastest right": w["right"], "contests": w["n"],
+                    "max regret": w["max_regret"]})
     table = pd.DataFrame(out, columns=["prediction", "key", "cells", "median |error|", "max |error|", "within spread",
-                                       "fastest right", "contests"])
+                                       "fastest right", "contests", "max regret"])
     return table.sort_values("median |error|", kind="stable", na_position="last").reset_index(drop=True)
 
 
@@ -114,6 +115,9 @@ def verdict(rank: pd.DataFrame) -> str:
                if r["contests"]]
     if figures:
         text += " Fastest technique predicted right in " + "; ".join(figures) + " (environment, model) cells."
+        if math.isfinite(best["max regret"]):
+            text += (f" Running {best['prediction']}'s pick costs at most {best['max regret']:.1%} over the measured "
+                     "fastest.")
     return text
 
 
@@ -129,7 +133,8 @@ def winner_cells(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         row = {"cell": cell, "measured fastest": next(picks[k][cell]["measured"] for k in keys if cell in picks[k])}
         for k in keys:
             c = picks[k].get(cell)
-            mark = "" if c is None or c["exact"] else " (within spread)" if c["right"] else " (wrong)"
+            mark = "" if c is None or c["exact"] else (f" ({c['regret']:+.1%}, within spread)" if c["right"] else
+                                                       f" ({c['regret']:+.1%}, wrong)")
             row[SHORT[k]] = "" if c is None else c["predicted"] + mark
         out.append(row)
     return pd.DataFrame(out, columns=["cell", "measured fastest", *[SHORT[k] for k in keys]])

@@ -7,8 +7,9 @@ P2: the prediction error of iteration time, |predicted / measured - 1|, across (
 model) cells: median and max, overall, per environment and per technique, for each of the three
 predictions: (a) sweep only, (b) calibrated leave-one-technique-out (goal: median <= 5%, max <= 15%),
 (c) shipped defaults. The winner: the fastest technique per (environment, model) predicted right, or
-within the measured spread of the fastest (goal for (b): >= 90% of cells). Regimes: the measured
-communication share of the bsp iteration per (environment, model). DeAR: its speedup over ``fusion``
+within the measured spread of the fastest (goal for (b): >= 90% of cells), with what running the pick costs
+(its measured time over the fastest's) and Kendall's tau between the predicted and measured orders. Regimes: the
+measured communication share of the bsp iteration per (environment, model). DeAR: its speedup over ``fusion``
 measured and predicted on every link. ``--run`` first runs ``commscope validate --suite quick`` into a
 temporary directory (needs root for ``--emulate``). ``--json`` writes bench/results/bench_validation.json
 (``{"runs": [...]}`` for several). The shipped runs (``runners.reference.RUNS``): ``runners/reference/validation``
@@ -100,11 +101,15 @@ def _print(res: dict) -> None:
                 print(f"  {env:>14}: median {s['median_abs_error']:.1%}, max {s['max_abs_error']:.1%} over {s['n']} "
                       f"({s['within_spread']} within the measured spread)")
         for cell, s in pred["per_environment_model"].items():
-            right = pred["winner"]["cells"].get(cell, {}).get("right")
+            c = pred["winner"]["cells"].get(cell, {})
+            right = c.get("right")
             print(f"  {cell:>24}: median {s['median_abs_error']:.1%}, max {s['max_abs_error']:.1%} over {s['n']}; "
-                  f"winner {'right' if right else 'wrong' if right is not None else 'n/a'}")
+                  f"winner {'right' if right else 'wrong' if right is not None else 'n/a'}"
+                  + (f" (pick {c['regret']:+.1%} measured, tau {c['tau']:.2f})" if c else ""))
         w = pred["winner"]
-        print(f"  winner right in {w['right']} of {w['n']} (environment, model) cells")
+        print(f"  winner right in {w['right']} of {w['n']} (environment, model) cells; running the pick costs "
+              f"{w['median_regret']:.1%} at the median cell, {w['max_regret']:.1%} at worst; Kendall's tau "
+              f"{w['median_tau']:.2f} at the median cell")
         u = pred.get("uncertainty")
         if u and u["cells_with_stderr"]:
             print(f"  standard error from the calibrated terms: median {u['median_stderr']:.1%}; "
@@ -124,7 +129,8 @@ def summary(runs: list[dict]) -> list[dict]:
             p2 = pred["p2"]["all"]
             rows.append({"run": Path(res["directory"]).name, "prediction": key, "cells": p2["n"],
                          "median_abs_error": p2["median_abs_error"], "max_abs_error": p2["max_abs_error"],
-                         "winner_right": pred["winner"]["right"], "winner_cells": pred["winner"]["n"]})
+                         "winner_right": pred["winner"]["right"], "winner_cells": pred["winner"]["n"],
+                         "max_regret": pred["winner"]["max_regret"], "median_tau": pred["winner"]["median_tau"]})
     return rows
 
 
@@ -132,7 +138,8 @@ def _print_summary(runs: list[dict]) -> None:
     print("every run (goals for (b): median <= 5%, max <= 15%, winner >= 90% of cells):")
     for r in summary(runs):
         print(f"  {r['run']:>18} {r['prediction']:>10}: median {r['median_abs_error']:5.1%}, max "
-              f"{r['max_abs_error']:5.1%} over {r['cells']}; winner {r['winner_right']} of {r['winner_cells']}")
+              f"{r['max_abs_error']:5.1%} over {r['cells']}; winner {r['winner_right']} of {r['winner_cells']} "
+              f"(pick at most {r['max_regret']:+.1%} slower; tau {r['median_tau']:.2f})")
 
 
 def main() -> None:

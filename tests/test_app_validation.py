@@ -116,6 +116,11 @@ def test_accuracy_ranking_and_winners_equal_the_cli_report(new, frame) -> None:
             assert acc.loc[env_name, f"{label} within spread"] == f"{s['within_spread']}/{s['n']}"
         w = validate.winners(rows, key)
         assert (rank.loc[key, "fastest right"], rank.loc[key, "contests"]) == (w["right"], w["n"]) == (w["right"], 3)
+        assert rank.loc[key, "max regret"] == pytest.approx(w["max_regret"])  # what running the pick costs
+        picks = dv.winner_cells(frame, keys).set_index("cell")[dv.SHORT[key]]
+        for cell, c in w["cells"].items():  # a pick that is not the fastest shows its measured cost beside it
+            mark = "within spread" if c["right"] else "wrong"
+            assert picks[cell] == c["predicted"] + ("" if c["exact"] else f" ({c['regret']:+.1%}, {mark})")
     assert dv.ranking(frame, keys)["key"].iloc[0] == "calibrated"  # within 3% by construction: it ranks first
     assert "(b) calibrated, technique left out** is closest" in dv.verdict(dv.ranking(frame, keys))
     cells = dv.winner_cells(frame, keys)

@@ -107,8 +107,25 @@ def test_winner_counts_a_pick_within_the_measured_spread_as_right():
             row("local_sgd", 10, 5, model="m2")]  # not in the contest
     w = winners(rows)
     assert w["n"] == 2 and w["right"] == 1
-    assert w["cells"]["e/m"] == {"measured": "wfbp", "predicted": "dear", "right": True, "exact": False}
-    assert w["cells"]["e/m2"]["right"] is False and w["cells"]["e/m2"]["measured"] == "wfbp"
+    m, m2 = w["cells"]["e/m"], w["cells"]["e/m2"]
+    assert {k: m[k] for k in ("measured", "predicted", "right", "exact")} == {
+        "measured": "wfbp", "predicted": "dear", "right": True, "exact": False}
+    assert m2["right"] is False and m2["measured"] == "wfbp" and m2["contenders"] == 2  # local SGD left out
+    # what running the pick costs: dear measured 81 ms against wfbp's 80 (+1.25%); bsp 100 against 60 (+66.7%)
+    assert m["regret"] == pytest.approx(81 / 80 - 1) and m2["regret"] == pytest.approx(100 / 60 - 1)
+    assert w["median_regret"] == pytest.approx((81 / 80 - 1 + 100 / 60 - 1) / 2)
+    assert w["max_regret"] == pytest.approx(100 / 60 - 1)
+    # Kendall's tau-b of the orders. e/m: predicted dear < wfbp < bsp, measured wfbp < dear < bsp: of the 3 pairs,
+    # (dear, wfbp) is discordant and the two with bsp concordant, tau = (2 - 1) / 3. e/m2: the one pair reversed, -1
+    assert m["tau"] == pytest.approx(1 / 3) and m2["tau"] == pytest.approx(-1.0)
+    assert w["median_tau"] == pytest.approx((1 / 3 - 1) / 2)
+    exact = winners([row("bsp", 100, 90), row("wfbp", 80, 85)])
+    assert exact["cells"]["e/m"]["exact"] and exact["cells"]["e/m"]["regret"] == 0.0 and exact["median_tau"] == 1.0
+    md = v.markdown([{**r, "p": 4, "predicted_calibrated_ms": math.nan, "predicted_defaults_ms": math.nan,
+                      "error": r["predicted_ms"] / r["measured_ms"] - 1, "error_calibrated": math.nan,
+                      "error_defaults": math.nan, "comm_share_bsp": math.nan} for r in rows], "cmd")
+    assert "predicted dear (+1.2% measured)" in md and "predicted bsp (+66.7% measured, wrong)" in md
+    assert "costs 34.0% at the median cell and 66.7% at worst" in md and "Kendall's tau -0.33" in md
 
 
 def test_report_shows_three_predictions_and_regimes():

@@ -254,7 +254,8 @@ r1, r2 = st.columns([2, 3])
 r1.markdown("**Regimes**: measured communication share of the bsp iteration")
 r1.dataframe(answers["regimes"], hide_index=True, width="stretch", key="meas_regimes",
              column_config=_percent(["comm_share_bsp"]))
-r2.markdown("**Fastest technique** per (environment, model)")
+r2.markdown("**Fastest technique** per (environment, model); beside a pick that is not the fastest, its measured time "
+            "over the fastest's (what running the pick costs)")
 r2.dataframe(answers["winners"], hide_index=True, width="stretch", key="meas_winners")
 
 # ------------------------------------------------------------------------------------------ scatter
