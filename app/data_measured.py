@@ -121,6 +121,7 @@ def repredict(records: Sequence[Mapping[str, Any]], profiles: Mapping[str, Any],
     ``profiles``: (environment, model) or environment -> ``ModelProfile``); rows without one are not predicted."""
     from costmodels.errors import CommscopeError
     from runners.validate import predict
+    from runners.validate.compute import with_model_buffers
 
     frame = validation_frame(records)
     recs = [r for r in records if r.get("kind", "validation") == "validation"]
@@ -132,8 +133,9 @@ def repredict(records: Sequence[Mapping[str, Any]], profiles: Mapping[str, Any],
             pred.append(math.nan)
             how.append("not predicted: no profile of this environment")
             continue
-        try:
-            t, h = predict(c["technique"], c.get("options", {}), prof, env, int(c["world_size"]))
+        try:  # with the model's buffers, as validate predicts (DDP broadcasts them)
+            t, h = predict(c["technique"], c.get("options", {}), with_model_buffers(prof, str(c.get("model", ""))),
+                           env, int(c["world_size"]))
         except CommscopeError as exc:
             t, h = math.nan, f"not predicted: {exc}"
         pred.append(t)

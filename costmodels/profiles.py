@@ -113,6 +113,20 @@ def _check_codecs(where: str, codecs: object) -> None:
             raise CommscopeError(f"{where}: metadata codecs[{spec!r}].ranks must be an integer >= 1, got {r!r}")
 
 
+def _check_buffers(where: str, buffers: object) -> None:
+    """``metadata['buffers']``: {dtype name: bytes >= 0} of the module's buffers (BatchNorm's running statistics and
+    counters), or absent."""
+    if buffers is None:
+        return
+    if not isinstance(buffers, Mapping):
+        raise CommscopeError(f"{where}: metadata buffers must be an object (dtype: bytes), got {buffers!r}")
+    for dtype, v in buffers.items():
+        if (not isinstance(dtype, str) or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                or v < 0):
+            raise CommscopeError(f"{where}: metadata buffers[{dtype!r}] must be a finite number of bytes >= 0, got "
+                                 f"{v!r}")
+
+
 @dataclass(frozen=True)
 class ModelProfile:
     """Layers of a model in forward execution order, with where the numbers came from.
@@ -169,6 +183,7 @@ class ModelProfile:
             raise CommscopeError(f"{where}: metadata pass_s_per_byte must be a finite number >= 0 (seconds per "
                                  f"gradient byte of one memory pass), got {measured!r}")
         _check_codecs(where, self.metadata.get("codecs"))
+        _check_buffers(where, self.metadata.get("buffers"))
 
     # ----------------------------------------------------------------- totals
     @property
@@ -186,6 +201,12 @@ class ModelProfile:
     @property
     def backward_s(self) -> float:
         return sum(x.backward_s for x in self.layers)
+
+    @property
+    def buffer_bytes(self) -> dict[str, float]:
+        """Bytes of the module's buffers by dtype (``metadata['buffers']``; empty where the profile does not say):
+        what PyTorch DDP broadcasts from rank 0 before every forward (``broadcast_buffers``)."""
+        return {k: float(v) for k, v in (self.metadata.get("buffers") or {}).items() if v > 0}
 
     @property
     def compute_s(self) -> float:

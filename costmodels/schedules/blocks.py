@@ -25,6 +25,7 @@ from .core import IterationResult
 
 DDP_BUCKET_BYTES = 25 * 2**20
 DDP_FIRST_BUCKET_BYTES = 1 * 2**20
+DDP_BROADCAST_BUCKET_BYTES = 250 * 2**20  # DistributedDataParallel.broadcast_bucket_size
 
 
 def serial_ends(ready: np.ndarray, dt: np.ndarray, link_free: Any = 0.0) -> np.ndarray:
@@ -134,6 +135,28 @@ def chain_prices(comm: Comm, sizes: Any, sent: Any = None) -> np.ndarray:
     before = np.concatenate([np.full((*last.shape[:-1], 1), -1), last[..., :-1]], axis=-1)
     drained = np.take_along_axis(credit, np.maximum(before, 0), axis=-1) > 0
     return t - np.where((before < 0) | ~drained, credit, 0.0)
+
+
+def buffer_broadcasts(prof: ModelProfile) -> np.ndarray:
+    """Bytes of each message of PyTorch DDP's buffer broadcast, sent before every forward with
+    ``broadcast_buffers=True`` (its default): ``_sync_buffers`` -> ``dist._broadcast_coalesced`` from rank 0, which
+    flattens the buffers into buckets of one dtype of at most ``broadcast_bucket_size`` (250 MiB;
+    ``compute_bucket_assignment_by_size`` in ``comm.cpp``) and broadcasts each, then waits. BatchNorm's running
+    mean and variance (float) and its ``num_batches_tracked`` (int64) make two messages. The bytes by dtype come
+    from the profile (:attr:`ModelProfile.buffer_bytes`); none: no message."""
+    cap = DDP_BROADCAST_BUCKET_BYTES
+    out: list[float] = []
+    for nbytes in prof.buffer_bytes.values():
+        full = int(np.ceil(nbytes / cap)) - 1
+        out += [float(cap)] * full + [nbytes - full * cap]
+    return np.array(out, dtype=float)
+
+
+def broadcast_comm(p: Any, env: Any, collective: Any, comm: Any = Comm) -> Comm:
+    """The broadcast DDP's buffers take: a fitted environment's algorithm for it (``collective`` as a mapping
+    primitive -> algorithm), else the library's choice (an all-reduce algorithm named for the gradients says
+    nothing about the broadcast). ``comm``: the class that prices it (:class:`.core.LinkComm` in the engine)."""
+    return comm("broadcast", p, env, collective.get("broadcast") if isinstance(collective, Mapping) else None, {})
 
 
 def chained_prices(comm: Comm, sizes: np.ndarray) -> np.ndarray:

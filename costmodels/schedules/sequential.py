@@ -29,6 +29,8 @@ from .blocks import (
     _result,
     _send_in_order,
     _validated,
+    broadcast_comm,
+    buffer_broadcasts,
     chain_prices,
     chained_prices,
     greedy_buckets,
@@ -105,19 +107,46 @@ def _fusion_buckets(prof: ModelProfile, cap: float, first: float) -> tuple[list[
     return groups, np.array([parts[g].sum(axis=0) for g in groups])
 
 
+def broadcast_buffers_option(value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise CommscopeError(f"broadcast_buffers must be True or False, got {value!r}")
+    return bool(value)
+
+
+def buffer_prices(prof: ModelProfile, env: Any, p: Any, collective: Any, broadcast_buffers: Any) -> np.ndarray:
+    """Seconds of each of DDP's buffer broadcasts before forward (:func:`.blocks.buffer_broadcasts`), blocking
+    calls back to back after the idle link of the step's end: a chain (:func:`.blocks.chain_prices`), (..., k); none
+    without buffers, with ``broadcast_buffers=False`` or where p = 1. Nothing else runs meanwhile, so the
+    iteration is longer by their sum in every path (timelines, ``cm.sweep``, the interference engine, whose o
+    and link time add up to the same price: :class:`.core.LinkComm`)."""
+    sizes = buffer_broadcasts(prof) if broadcast_buffers_option(broadcast_buffers) else np.zeros(0)
+    if np.ndim(p):  # configurations: p (C, 1) -> (C, k)
+        if not len(sizes):
+            return np.zeros((np.shape(p)[0], 0))
+        return np.where(np.asarray(p) > 1, chain_prices(broadcast_comm(p, env, collective), sizes[None, :]), 0.0)
+    if not len(sizes) or p <= 1:
+        return np.zeros(0)
+    return np.asarray(chain_prices(broadcast_comm(p, env, collective), sizes), dtype=float)
+
+
 def _fusion(prof: ModelProfile, env: Environment, p: int, collective: str | None = None, *,
             bucket_bytes: Any = DDP_BUCKET_BYTES, first_bucket_bytes: Any = DDP_FIRST_BUCKET_BYTES,
-            **params: Any) -> IterationResult:
+            broadcast_buffers: Any = True, **params: Any) -> IterationResult:
     nbytes, names = _validated(prof, env, p)
     cap = _bytes_option("bucket_bytes", bucket_bytes)
     first = _bytes_option("first_bucket_bytes", first_bucket_bytes)
-    events, ready = _compute_events(prof)
+    bc = np.asarray(buffer_prices(prof, env, p, collective, broadcast_buffers), dtype=float).reshape(-1)
+    ends = np.cumsum(bc)
+    events = [Event("comm", "broadcast", f"buffers ({dtype})", e - t, e, nb)
+              for t, e, nb, dtype in zip(bc, ends, buffer_broadcasts(prof), prof.buffer_bytes, strict=False)]
+    compute, ready = _compute_events(prof, float(ends[-1]) if len(ends) else 0.0)
+    events += compute
     comm = Comm("allreduce", p, env, collective, params)
     groups, sizes = _fusion_buckets(prof, cap, first)
     if p > 1:
         times = chained_prices(comm, sizes)[0]
         events += _send_in_order(groups, ready, nbytes, comm, "allreduce", names, times=times)[0]
-    return _result("fusion", p, prof, events, buckets=len(groups))
+    return _result("fusion", p, prof, events, buckets=len(groups), buffer_broadcast_s=float(bc.sum()))
 
 
 def mgwfbp_groups(ready: np.ndarray, nbytes: np.ndarray, comm: Comm) -> list[list[int]]:
@@ -240,13 +269,15 @@ def _wfbp_kernel(cfg: Configurations, collective: str | None = None, **params: A
 
 
 def _fusion_kernel(cfg: Configurations, collective: str | None = None, *, bucket_bytes: Any = DDP_BUCKET_BYTES,
-                   first_bucket_bytes: Any = DDP_FIRST_BUCKET_BYTES, **params: Any) -> np.ndarray:
+                   first_bucket_bytes: Any = DDP_FIRST_BUCKET_BYTES, broadcast_buffers: Any = True,
+                   **params: Any) -> np.ndarray:
     cap = _bytes_option("bucket_bytes", bucket_bytes)
     first = _bytes_option("first_bucket_bytes", first_bucket_bytes)
     groups, sizes = _fusion_buckets(cfg.prof, cap, first)
     times = chained_prices(cfg.comm("allreduce", collective, params), sizes)
     ready = np.array([cfg.ready[g].max() for g in groups])
-    return np.maximum(serial_ends(ready, times)[:, -1], cfg.prof.compute_s)
+    before = buffer_prices(cfg.prof, cfg.env, cfg.p, collective, broadcast_buffers).sum(axis=-1)  # (C, 1)
+    return np.maximum(serial_ends(ready, times)[:, -1], cfg.prof.compute_s) + before
 
 
 def mgwfbp_plan(cfg: Configurations, comm: Comm) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -331,7 +362,8 @@ for _entry in (
                        "explicit bucket_cap_mb caps the first bucket too, torch 2.13)",
              "Li et al., 'PyTorch Distributed', VLDB 2020 (bucketing); Sergeev & Del Balso, Horovod 2018 "
              "(tensor fusion)", "allreduce",
-             {"bucket_bytes": DDP_BUCKET_BYTES, "first_bucket_bytes": DDP_FIRST_BUCKET_BYTES}, _fusion,
+             {"bucket_bytes": DDP_BUCKET_BYTES, "first_bucket_bytes": DDP_FIRST_BUCKET_BYTES,
+              "broadcast_buffers": True}, _fusion,
              vectorized=_fusion_kernel),
     Schedule("mgwfbp", "layers merged by MG-WFBP's rule: merge when waiting costs less than a message latency",
              "Shi, Wang, Chu, Li, 'MG-WFBP: Efficient data communication for distributed synchronous SGD "

@@ -46,16 +46,24 @@ same with two more stages (the threads' issues) in its flow shop.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from ..errors import CommscopeError
 from ..timeline import Event
-from .blocks import DDP_BUCKET_BYTES, DDP_FIRST_BUCKET_BYTES, _bytes_option, chain_prices, chained_prices
+from .blocks import (
+    DDP_BUCKET_BYTES,
+    DDP_FIRST_BUCKET_BYTES,
+    _bytes_option,
+    buffer_broadcasts,
+    chain_prices,
+    chained_prices,
+)
 from .core import TERMS, Configurations, TermsRun
 from .engine import COMM, COMPUTE, HOST, Graph, events, run_many, run_one
-from .sequential import BYTEPS_PARTITION_BYTES, _fusion_buckets, _ps_plan, mgwfbp_plan
+from .sequential import BYTEPS_PARTITION_BYTES, _fusion_buckets, _ps_plan, buffer_prices, mgwfbp_plan
 
 KEY_END = 1e9  # place of the optimizer step on the compute stream, after everything else
 
@@ -178,15 +186,36 @@ def _wfbp(cfg: Configurations, collective: str | None, record: bool, **params: A
 
 
 def _fusion(cfg: Configurations, collective: str | None, record: bool, *, bucket_bytes: Any = DDP_BUCKET_BYTES,
-            first_bucket_bytes: Any = DDP_FIRST_BUCKET_BYTES, **params: Any) -> TermsRun:
+            first_bucket_bytes: Any = DDP_FIRST_BUCKET_BYTES, broadcast_buffers: Any = True,
+            **params: Any) -> TermsRun:
     cap = _bytes_option("bucket_bytes", bucket_bytes)
     first = _bytes_option("first_bucket_bytes", first_bucket_bytes)
     groups, sizes = _fusion_buckets(cfg.prof, cap, first)
     comm = cfg.comm("allreduce", collective, params)
     times = chained_prices(comm, sizes)
-    return messages_in_order(cfg, groups, times, record, copy_in=1.0, passes_after=1.0,
-                             after_label="buckets to gradients", buckets=len(groups),
-                             floor=chained_prices(lambda x: cfg.contended_floor(comm, x), sizes))
+    run = messages_in_order(cfg, groups, times, record, copy_in=1.0, passes_after=1.0,
+                            after_label="buckets to gradients", buckets=len(groups),
+                            floor=chained_prices(lambda x: cfg.contended_floor(comm, x), sizes))
+    return before_forward(run, buffer_prices(cfg.prof, cfg.env, cfg.p, collective, broadcast_buffers),
+                          [f"buffers ({d})" for d in cfg.prof.buffer_bytes], buffer_broadcasts(cfg.prof))
+
+
+def before_forward(run: TermsRun, prices: np.ndarray, labels: list[str], nbytes: np.ndarray) -> TermsRun:
+    """``run`` after blocking broadcasts that precede the forward, ``prices`` (C, k) (DDP's buffers,
+    :func:`.sequential.buffer_prices`): nothing runs beside them, and each is o on the training thread then its
+    time on the link, o + l = its price (:class:`.core.LinkComm`), so the iteration is longer by their sum and the
+    timeline starts later by it."""
+    total = prices.sum(axis=-1)
+    if not prices.shape[-1] or not np.any(total):
+        return run
+    evs = None
+    if run.events is not None:
+        t0 = float(total[0])
+        ends = np.cumsum(prices[0])
+        evs = [Event("comm", "broadcast", lab, e - t, e, float(n))
+               for t, e, lab, n in zip(prices[0], ends, labels, nbytes, strict=False)]
+        evs += [replace(e, start=e.start + t0, end=e.end + t0) for e in run.events]
+    return TermsRun(run.time + total, evs, {**run.details, "buffer_broadcast_s": total})
 
 
 def _mgwfbp(cfg: Configurations, collective: str | None, record: bool, **params: Any) -> TermsRun:

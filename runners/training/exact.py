@@ -48,7 +48,7 @@ _ENTRIES = (
      "exact_allreduce", "WFBP", {}),
     ("fusion", "PyTorch DistributedDataParallel (gradient buckets of bucket_cap_mb, handed to DDP, which then "
                 "caps the first bucket at it too); SGD",
-     "exact_allreduce", "Fusion", {"bucket_cap_mb": 25.0, "find_unused_parameters": False}),
+     "exact_allreduce", "Fusion", {"bucket_cap_mb": 25.0, "find_unused_parameters": False, "broadcast_buffers": True}),
     ("mgwfbp", "buckets of MG-WFBP's merge rule for a profile and an environment, each all-reduced when "
                "complete; SGD", "exact_allreduce", "MGWFBP", {"profile": None, "env": "10GbE", "collective": None}),
     ("bytescheduler", "gradient partitions all-reduced by priority (input layers first) within a credit of bytes "

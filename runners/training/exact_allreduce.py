@@ -122,17 +122,23 @@ class Fusion(ExactTrainer):
     """
 
     def __init__(self, model: Any, lr: float, group: Any = None, *, bucket_cap_mb: float = 25.0,
-                 find_unused_parameters: bool = False) -> None:
-        super().__init__(model, lr, group, bucket_cap_mb=bucket_cap_mb, find_unused_parameters=find_unused_parameters)
+                 find_unused_parameters: bool = False, broadcast_buffers: bool = True) -> None:
+        super().__init__(model, lr, group, bucket_cap_mb=bucket_cap_mb, find_unused_parameters=find_unused_parameters,
+                         broadcast_buffers=broadcast_buffers)
         from torch.nn.parallel import DistributedDataParallel
 
         if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) or not bucket_cap_mb > 0:
             raise CommscopeError(f"bucket_cap_mb must be a positive number of MiB, got {bucket_cap_mb!r}")
-        if not isinstance(find_unused_parameters, bool):
-            raise CommscopeError(f"find_unused_parameters must be True or False, got {find_unused_parameters!r}")
+        for name, flag in (("find_unused_parameters", find_unused_parameters),
+                           ("broadcast_buffers", broadcast_buffers)):
+            if not isinstance(flag, bool):
+                raise CommscopeError(f"{name} must be True or False, got {flag!r}")
         ids = [self.device.index] if self.device.type == "cuda" else None
+        # broadcast_buffers (DDP's default, True): rank 0's buffers (BatchNorm's statistics) broadcast before every
+        # forward, which the fusion schedule prices (costmodels.schedules.blocks.buffer_broadcasts)
         self.ddp = DistributedDataParallel(model, device_ids=ids, process_group=group, bucket_cap_mb=bucket_cap_mb,
-                                           find_unused_parameters=find_unused_parameters)
+                                           find_unused_parameters=find_unused_parameters,
+                                           broadcast_buffers=broadcast_buffers)
         self._last_ready = self._tail = 0.0
         if self.device.type != "cuda":
             self._handles += [p.register_post_accumulate_grad_hook(self._ready) for p in self.params]

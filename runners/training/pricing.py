@@ -58,6 +58,8 @@ def schedule_call(technique: str, options: Mapping[str, Any]) -> tuple[str, str 
         # 2.13 torch/nn/parallel/distributed.py, _BucketCapacityConfig.create: the 1 MiB first bucket only when
         # bucket_cap_mb is left at None); tests/test_training_exact.py checks the buckets DDP builds
         sched["bucket_bytes"] = sched["first_bucket_bytes"] = float(opts["bucket_cap_mb"]) * 2**20
+    if tech.schedule == "fusion" and "broadcast_buffers" in opts:  # DDP's buffers broadcast before each forward
+        sched["broadcast_buffers"] = opts["broadcast_buffers"]
     elif tech.schedule == "dear" and "buffer_bytes" in opts:
         sched["buffer_bytes"] = opts["buffer_bytes"]
     elif tech.schedule == "zero":

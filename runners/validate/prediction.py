@@ -77,6 +77,7 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
     from runners.calibrate.solve import FITTED, TERMS, with_terms
 
     from .attribution import attribute, contributions
+    from .compute import with_model_buffers
     from .latency import latency_scale
 
     its = [r for r in records if r.get("kind") == "iteration"]
@@ -84,8 +85,9 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
     for rec in its:
         groups.setdefault(_key(rec), []).append(rec)
 
-    def profile_of(model: str) -> Any:
-        return profiles.get(model) if isinstance(profiles, Mapping) else profiles
+    def profile_of(model: str) -> Any:  # with the model's buffers, DDP broadcasts them (older profiles lack them)
+        prof = profiles.get(model) if isinstance(profiles, Mapping) else profiles
+        return None if prof is None else with_model_buffers(prof, model)
 
     base = with_terms(env, {t: 0.0 for t in TERMS})
     scales = {k: (latency_scale(base, k[3], probes, k[0], json.loads(k[1]), k[2]) if probes else None) or 1.0

@@ -30,7 +30,7 @@ from costmodels.profiles import DTYPE_BYTES, Layer, ModelProfile
 from runners.results import cpu_name
 
 from .calibration import _calls_per_position, describe_overhead
-from .target import _Target
+from .target import _Target, module_buffers
 
 
 def _jsonable(v: Any) -> Any:
@@ -178,6 +178,7 @@ def _build(torch: Any, t: _Target, batch_size: int, dev: Any, named: list[tuple[
         "not_called_in_forward": [named[k][0] for k in unused],
         "no_gradient": [named[k][0] for pos, k in enumerate(order) if not fired_any[pos]],
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "buffers": module_buffers(t.model),
     }
     if dev.type == "cpu":
         meta["note"] = (f"measured alone with {threads} thread(s); ranks sharing this host's cores compute "

@@ -57,3 +57,14 @@ def _call(model: Any, x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return model(*x)
     return model(x)
+
+
+def module_buffers(model: Any) -> dict[str, int]:
+    """Bytes of a module's buffers by dtype (``float32``, ``int64``, ...): what PyTorch DDP broadcasts from rank 0
+    before every forward (``broadcast_buffers``; ``costmodels.schedules.blocks.buffer_broadcasts``), e.g.
+    BatchNorm's running statistics and counters. Profiles keep it as ``metadata['buffers']``."""
+    out: dict[str, int] = {}
+    for b in model.buffers():
+        name = str(b.dtype).removeprefix("torch.")
+        out[name] = out.get(name, 0) + b.numel() * b.element_size()
+    return out
