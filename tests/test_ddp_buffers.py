@@ -89,6 +89,16 @@ def test_no_broadcast_without_buffers_without_the_option_or_alone() -> None:
         cm.simulate(_profile(), ENV, 4, "wfbp", BINOMIAL).iteration_time
 
 
+def test_the_buffers_travel_uncompressed_under_a_ddp_comm_hook() -> None:
+    # fp16 compresses the gradients' buckets (DDP's comm hook), not the buffers DDP broadcasts before forward
+    extra = 2 * (MS + 4480e-9) + 2 * (MS + 120e-9)
+    for spec in ("fp16", "powersgd:1"):
+        r = cm.simulate(_profile(BN), ENV, 4, "fusion", BINOMIAL, spec)
+        assert r.details["buffer_broadcast_s"] == pytest.approx(extra, rel=1e-12)
+        assert r.iteration_time - cm.simulate(_profile(), ENV, 4, "fusion", BINOMIAL, spec).iteration_time == \
+            pytest.approx(extra, rel=1e-9)
+
+
 def test_a_fitted_environments_algorithms_or_the_librarys_choice_price_the_broadcast() -> None:
     gloo = ENV.with_(library="gloo")
     by_library = cm.simulate(_profile(BN), gloo, 4, "fusion", {"allreduce": "ring_allreduce"}).details

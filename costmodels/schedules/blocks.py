@@ -17,7 +17,7 @@ from .._inputs import as_rank
 from ..collectives.token_bucket import full_bucket
 from ..environment import Environment
 from ..errors import CommscopeError
-from ..messages import Comm
+from ..messages import WIRE, Comm
 from ..profiles import ModelProfile
 from ..timeline import Event, Timeline
 from ..units import parse_size
@@ -155,8 +155,14 @@ def buffer_broadcasts(prof: ModelProfile) -> np.ndarray:
 def broadcast_comm(p: Any, env: Any, collective: Any, comm: Any = Comm) -> Comm:
     """The broadcast DDP's buffers take: a fitted environment's algorithm for it (``collective`` as a mapping
     primitive -> algorithm), else the library's choice (an all-reduce algorithm named for the gradients says
-    nothing about the broadcast). ``comm``: the class that prices it (:class:`.core.LinkComm` in the engine)."""
-    return comm("broadcast", p, env, collective.get("broadcast") if isinstance(collective, Mapping) else None, {})
+    nothing about the broadcast). ``comm``: the class that prices it (:class:`.core.LinkComm` in the engine). The
+    buffers travel as they are, whatever compressor the gradients' messages use (no :data:`WIRE`)."""
+    token = WIRE.set(None)
+    try:
+        return comm("broadcast", p, env, collective.get("broadcast") if isinstance(collective, Mapping) else None,
+                    {})
+    finally:
+        WIRE.reset(token)
 
 
 def chained_prices(comm: Comm, sizes: np.ndarray) -> np.ndarray:
