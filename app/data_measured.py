@@ -120,8 +120,8 @@ def repredict(records: Sequence[Mapping[str, Any]], profiles: Mapping[str, Any],
     """:func:`validation_frame` with every prediction redone in ``env`` (on the cell's measured profile in
     ``profiles``: (environment, model) or environment -> ``ModelProfile``); rows without one are not predicted."""
     from costmodels.errors import CommscopeError
+    from runners.training.profiler.target import with_model_buffers
     from runners.validate import predict
-    from runners.validate.compute import with_model_buffers
 
     frame = validation_frame(records)
     recs = [r for r in records if r.get("kind", "validation") == "validation"]

@@ -36,6 +36,7 @@ def _write(tmp: Path, env: cm.Environment, techniques=TECHNIQUES, ps=(2, 4), noi
            run=RUN, models=("resnet_small",), truth=TRUTH) -> tuple[Path, cm.Environment]:
     """Iteration records whose times are the model's own with the TRUTH terms (times (1 + noise) alternately).
     Model "resnet_slow" is the shipped profile with 4 times its compute: another balance of overlap."""
+    from runners.training.profiler.target import with_model_buffers
     from runners.validate.prediction import predict
 
     base = _profile()
@@ -47,7 +48,8 @@ def _write(tmp: Path, env: cm.Environment, techniques=TECHNIQUES, ps=(2, 4), noi
     for m in models:
         for p in ps:
             for tech, opts in techniques:
-                t = predict(tech, opts, profiles[m], truth_env, p)[0] * (1 + noise * (-1) ** k)
+                # priced on the profile calibrate uses: with the zoo model's buffers, which DDP broadcasts
+                t = predict(tech, opts, with_model_buffers(profiles[m], m), truth_env, p)[0] * (1 + noise * (-1) ** k)
                 k += 1
                 recs.append(results.record(
                     "iteration", {"algorithm": tech, "options": opts, "model": m,
@@ -303,7 +305,8 @@ def test_left_out_predictions_carry_the_delta_method_standard_error(tmp_path):
 def test_the_fit_keeps_the_better_of_its_two_starts_on_a_flat_ridge():
     # on the shipped 2.5 Gbit/s run without bsp, kappa_c, kappa_m and o lie on a flat ridge: from the fit on every
     # technique (as it was with one link for every primitive) and from the default start alone the solver now stops
-    # at RSS 0.3203 and 0.3227 (0.3135 both before a message that finds the link's token bucket full was priced so,
+    # at RSS 0.3144 and 0.3168 (0.3203 and 0.3227 before DDP's buffer broadcast was priced on resnet_small's fusion
+    # cells; 0.3135 both before a message that finds the link's token bucket full was priced so,
     # costmodels.schedules.blocks.chain_prices; 0.2915 and 0.3077 before the sweep was fitted per code path, 0.2949
     # and 0.3115 before gloo's ring allreduce priced the sweep's 16 B calls, 0.2930 and 0.2848 before the sweep fit
     # weighed each size by its precision: which start wins depends on the run). The fit tries both
@@ -326,4 +329,4 @@ def test_the_fit_keeps_the_better_of_its_two_starts_on_a_flat_ridge():
     _, from_default, *_ = _fit(cells, env, FITTED, dict(START))
     rss = float(np.sum(from_ridge**2))
     assert rss <= float(np.sum(from_default**2)) * (1 + 1e-9)
-    assert rss == pytest.approx(0.3203, abs=5e-4) and float(np.sum(from_default**2)) == pytest.approx(0.3227, abs=5e-4)
+    assert rss == pytest.approx(0.3144, abs=5e-4) and float(np.sum(from_default**2)) == pytest.approx(0.3168, abs=5e-4)

@@ -115,9 +115,8 @@ def test_bad_buffers_metadata_is_one_clear_error(bad) -> None:
 
 
 def test_the_zoo_models_buffers_and_old_profiles_filled_from_them() -> None:
-    from runners.training.profiler.target import module_buffers
+    from runners.training.profiler.target import module_buffers, with_model_buffers
     from runners.training.zoo import MODELS
-    from runners.validate.compute import with_model_buffers
 
     assert module_buffers(MODELS.get("resnet_small").builder(seed=0)) == BN  # 15 x (2 x 4 C + 8) bytes
     assert module_buffers(MODELS.get("gpt_wide").builder(seed=0)) == {}

@@ -124,6 +124,8 @@ def gather_cells(records: Sequence[Mapping[str, Any]], profile: cm.ModelProfile 
         raise CommscopeError(f"--profile prices every iteration with one model ({profile.name!r}), but the records "
                              f"hold iterations of {len(models)} models ({', '.join(map(repr, models))}); leave "
                              "--profile out to use each model's own profile record, or pass the records of one model")
+    from runners.training.profiler.target import with_model_buffers
+
     profiles = _profiles(records)
     cells = []
     for rec in its:
@@ -134,6 +136,7 @@ def gather_cells(records: Sequence[Mapping[str, Any]], profile: cm.ModelProfile 
             have = ", ".join(sorted(profiles)) or "none"
             raise CommscopeError(f"no profile for model {model!r} of iteration record {rec['id']} (profiles in the "
                                  f"records: {have}); add its profile record or pass --profile")
+        prof = with_model_buffers(prof, model)  # DDP broadcasts them; profiles made before do not say (validate too)
         opts = {k: v for k, v in (cfg.get("options") or {}).items() if k not in ("profile", "env")}
         cells.append(Cell(technique=str(cfg["algorithm"]), options=opts, model=model,
                           batch_size=int(cfg.get("batch_size", prof.batch_size)), p=int(cfg["world_size"]),

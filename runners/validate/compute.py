@@ -4,7 +4,6 @@ backward with all ranks in step (what a synchronous iteration waits for on share
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -149,27 +148,3 @@ def scaled_profile(prof: Any, forward_s: float, backward_s: float, how: str, opt
                           f"{prof.source}; {how}", meta)
     return out.with_optimizer(optimizer_s) if optimizer_s is not None else out
 
-
-def with_model_buffers(prof: Any, model: str) -> Any:
-    """``prof`` with the bytes of its model's buffers by dtype (metadata ``buffers``, what DDP broadcasts before
-    every forward: :func:`runners.training.profiler.target.module_buffers`) where it lacks them and ``model`` is a
-    zoo model: a fact of the model's definition, which profiles made before it was recorded do not carry."""
-    import dataclasses
-
-    if "buffers" in prof.metadata:
-        return prof
-    buffers = zoo_buffers(model)
-    return prof if buffers is None else dataclasses.replace(prof, metadata={**prof.metadata, "buffers": buffers})
-
-
-@functools.lru_cache(maxsize=32)
-def zoo_buffers(model: str) -> dict[str, int] | None:
-    """:func:`runners.training.profiler.target.module_buffers` of the zoo's ``model`` (built once per process), or
-    None where the zoo has no such model or it needs a package that is not installed."""
-    from runners.training.zoo import MODELS
-
-    if model not in MODELS or not MODELS.get(model).available():
-        return None
-    from runners.training.profiler.target import module_buffers
-
-    return module_buffers(MODELS.get(model).builder(seed=0))

@@ -75,9 +75,9 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
     from runners.calibrate import Cell, fit_terms, leave_one_technique_out
     from runners.calibrate.cells import scale_latency
     from runners.calibrate.solve import FITTED, TERMS, with_terms
+    from runners.training.profiler.target import with_model_buffers
 
     from .attribution import attribute, contributions
-    from .compute import with_model_buffers
     from .latency import latency_scale
 
     its = [r for r in records if r.get("kind") == "iteration"]

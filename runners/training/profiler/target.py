@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -68,3 +69,26 @@ def module_buffers(model: Any) -> dict[str, int]:
         name = str(b.dtype).removeprefix("torch.")
         out[name] = out.get(name, 0) + b.numel() * b.element_size()
     return out
+
+
+def with_model_buffers(prof: Any, model: str) -> Any:
+    """``prof`` with the bytes of its model's buffers by dtype (metadata ``buffers``, what DDP broadcasts before
+    every forward: :func:`module_buffers`) where it lacks them and ``model`` is a
+    zoo model: a fact of the model's definition, which profiles made before it was recorded do not carry."""
+    import dataclasses
+
+    if "buffers" in prof.metadata:
+        return prof
+    buffers = zoo_buffers(model)
+    return prof if buffers is None else dataclasses.replace(prof, metadata={**prof.metadata, "buffers": buffers})
+
+
+@functools.lru_cache(maxsize=32)
+def zoo_buffers(model: str) -> dict[str, int] | None:
+    """:func:`module_buffers` of the zoo's ``model`` (built once per process), or
+    None where the zoo has no such model or it needs a package that is not installed."""
+    from runners.training.zoo import MODELS
+
+    if model not in MODELS or not MODELS.get(model).available():
+        return None
+    return module_buffers(MODELS.get(model).builder(seed=0))
