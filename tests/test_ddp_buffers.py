@@ -13,6 +13,7 @@ on every run, where the schedule priced them the same.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import pytest
 
 import costmodels as cm
 from costmodels.errors import CommscopeError
-from costmodels.schedules.blocks import DDP_BROADCAST_BUCKET_BYTES, buffer_broadcasts
+from costmodels.schedules.blocks import DDP_BROADCAST_BUCKET_BYTES, buffer_broadcast_labels, buffer_broadcasts
 
 MS = 1e-3
 MiB = 2**20
@@ -43,6 +44,11 @@ def test_one_message_per_dtype_in_buckets_of_250_mib() -> None:
     assert list(buffer_broadcasts(_profile(BN))) == [4480.0, 120.0]
     assert list(buffer_broadcasts(_profile({"float32": 600 * MiB}))) == [250.0 * MiB, 250.0 * MiB, 100.0 * MiB]
     assert DDP_BROADCAST_BUCKET_BYTES == 250 * MiB
+    big = _profile({"float32": 600 * MiB, "int64": 8})
+    assert buffer_broadcast_labels(big) == ["buffers (float32)"] * 3 + ["buffers (int64)"]
+    casts = [e for e in cm.simulate(big, ENV, 2, "fusion", BINOMIAL).timeline.events if e.kind == "broadcast"]
+    assert [e.nbytes for e in casts] == [250.0 * MiB, 250.0 * MiB, 100.0 * MiB, 8.0]  # each on the timeline
+    assert all(a.end == pytest.approx(b.start) for a, b in itertools.pairwise(casts))
     assert buffer_broadcasts(_profile()).size == 0 and buffer_broadcasts(_profile({"float32": 0})).size == 0
     assert _profile(BN).buffer_bytes == {"float32": 4480.0, "int64": 120.0}
 

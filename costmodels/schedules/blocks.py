@@ -144,12 +144,21 @@ def buffer_broadcasts(prof: ModelProfile) -> np.ndarray:
     ``compute_bucket_assignment_by_size`` in ``comm.cpp``) and broadcasts each, then waits. BatchNorm's running
     mean and variance (float) and its ``num_batches_tracked`` (int64) make two messages. The bytes by dtype come
     from the profile (:attr:`ModelProfile.buffer_bytes`); none: no message."""
+    return np.array([n for n, _ in _buffer_messages(prof)], dtype=float)
+
+
+def buffer_broadcast_labels(prof: ModelProfile) -> list[str]:
+    """The timeline label of each message of :func:`buffer_broadcasts`: ``buffers (<dtype>)``."""
+    return [f"buffers ({dtype})" for _, dtype in _buffer_messages(prof)]
+
+
+def _buffer_messages(prof: ModelProfile) -> list[tuple[float, str]]:
     cap = DDP_BROADCAST_BUCKET_BYTES
-    out: list[float] = []
-    for nbytes in prof.buffer_bytes.values():
+    out: list[tuple[float, str]] = []
+    for dtype, nbytes in prof.buffer_bytes.items():
         full = int(np.ceil(nbytes / cap)) - 1
-        out += [float(cap)] * full + [nbytes - full * cap]
-    return np.array(out, dtype=float)
+        out += [(float(cap), dtype)] * full + [(nbytes - full * cap, dtype)]
+    return out
 
 
 def broadcast_comm(p: Any, env: Any, collective: Any, comm: Any = Comm) -> Comm:

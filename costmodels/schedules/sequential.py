@@ -30,6 +30,7 @@ from .blocks import (
     _send_in_order,
     _validated,
     broadcast_comm,
+    buffer_broadcast_labels,
     buffer_broadcasts,
     chain_prices,
     chained_prices,
@@ -137,8 +138,9 @@ def _fusion(prof: ModelProfile, env: Environment, p: int, collective: str | None
     first = _bytes_option("first_bucket_bytes", first_bucket_bytes)
     bc = np.asarray(buffer_prices(prof, env, p, collective, broadcast_buffers), dtype=float).reshape(-1)
     ends = np.cumsum(bc)
-    events = [Event("comm", "broadcast", f"buffers ({dtype})", e - t, e, nb)
-              for t, e, nb, dtype in zip(bc, ends, buffer_broadcasts(prof), prof.buffer_bytes, strict=False)]
+    labels = buffer_broadcast_labels(prof)
+    events = [Event("comm", "broadcast", label, e - t, e, nb)
+              for t, e, nb, label in zip(bc, ends, buffer_broadcasts(prof), labels, strict=False)]
     compute, ready = _compute_events(prof, float(ends[-1]) if len(ends) else 0.0)
     events += compute
     comm = Comm("allreduce", p, env, collective, params)
@@ -276,7 +278,7 @@ def _fusion_kernel(cfg: Configurations, collective: str | None = None, *, bucket
     groups, sizes = _fusion_buckets(cfg.prof, cap, first)
     times = chained_prices(cfg.comm("allreduce", collective, params), sizes)
     ready = np.array([cfg.ready[g].max() for g in groups])
-    before = buffer_prices(cfg.prof, cfg.env, cfg.p, collective, broadcast_buffers).sum(axis=-1)  # (C, 1)
+    before = buffer_prices(cfg.prof, cfg.env, cfg.p, collective, broadcast_buffers).sum(axis=-1)  # (C,)
     return np.maximum(serial_ends(ready, times)[:, -1], cfg.prof.compute_s) + before
 
 

@@ -57,6 +57,7 @@ from .blocks import (
     DDP_BUCKET_BYTES,
     DDP_FIRST_BUCKET_BYTES,
     _bytes_option,
+    buffer_broadcast_labels,
     buffer_broadcasts,
     chain_prices,
     chained_prices,
@@ -197,7 +198,7 @@ def _fusion(cfg: Configurations, collective: str | None, record: bool, *, bucket
                             after_label="buckets to gradients", buckets=len(groups),
                             floor=chained_prices(lambda x: cfg.contended_floor(comm, x), sizes))
     return before_forward(run, buffer_prices(cfg.prof, cfg.env, cfg.p, collective, broadcast_buffers),
-                          [f"buffers ({d})" for d in cfg.prof.buffer_bytes], buffer_broadcasts(cfg.prof))
+                          buffer_broadcast_labels(cfg.prof), buffer_broadcasts(cfg.prof))
 
 
 def before_forward(run: TermsRun, prices: np.ndarray, labels: list[str], nbytes: np.ndarray) -> TermsRun:
