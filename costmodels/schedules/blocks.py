@@ -152,6 +152,15 @@ def buffer_broadcast_labels(prof: ModelProfile) -> list[str]:
     return [f"buffers ({dtype})" for _, dtype in _buffer_messages(prof)]
 
 
+def buffer_events(prof: ModelProfile, prices: Any) -> list[Event]:
+    """The buffer broadcasts on the link's timeline, back to back from 0: ``prices`` the seconds of each message of
+    :func:`buffer_broadcasts` (one configuration's)."""
+    prices = np.asarray(prices, dtype=float).reshape(-1)
+    ends = np.cumsum(prices)
+    return [Event("comm", "broadcast", label, float(e - t), float(e), float(n)) for t, e, n, label in
+            zip(prices, ends, buffer_broadcasts(prof), buffer_broadcast_labels(prof), strict=False)]
+
+
 def _buffer_messages(prof: ModelProfile) -> list[tuple[float, str]]:
     cap = DDP_BROADCAST_BUCKET_BYTES
     out: list[tuple[float, str]] = []

@@ -30,8 +30,8 @@ from .blocks import (
     _send_in_order,
     _validated,
     broadcast_comm,
-    buffer_broadcast_labels,
     buffer_broadcasts,
+    buffer_events,
     chain_prices,
     chained_prices,
     greedy_buckets,
@@ -137,11 +137,8 @@ def _fusion(prof: ModelProfile, env: Environment, p: int, collective: str | None
     cap = _bytes_option("bucket_bytes", bucket_bytes)
     first = _bytes_option("first_bucket_bytes", first_bucket_bytes)
     bc = np.asarray(buffer_prices(prof, env, p, collective, broadcast_buffers), dtype=float).reshape(-1)
-    ends = np.cumsum(bc)
-    labels = buffer_broadcast_labels(prof)
-    events = [Event("comm", "broadcast", label, e - t, e, nb)
-              for t, e, nb, label in zip(bc, ends, buffer_broadcasts(prof), labels, strict=False)]
-    compute, ready = _compute_events(prof, float(ends[-1]) if len(ends) else 0.0)
+    events = buffer_events(prof, bc)
+    compute, ready = _compute_events(prof, float(bc.sum()))
     events += compute
     comm = Comm("allreduce", p, env, collective, params)
     groups, sizes = _fusion_buckets(prof, cap, first)

@@ -57,8 +57,7 @@ from .blocks import (
     DDP_BUCKET_BYTES,
     DDP_FIRST_BUCKET_BYTES,
     _bytes_option,
-    buffer_broadcast_labels,
-    buffer_broadcasts,
+    buffer_events,
     chain_prices,
     chained_prices,
 )
@@ -197,13 +196,12 @@ def _fusion(cfg: Configurations, collective: str | None, record: bool, *, bucket
     run = messages_in_order(cfg, groups, times, record, copy_in=1.0, passes_after=1.0,
                             after_label="buckets to gradients", buckets=len(groups),
                             floor=chained_prices(lambda x: cfg.contended_floor(comm, x), sizes))
-    return before_forward(run, buffer_prices(cfg.prof, cfg.env, cfg.p, collective, broadcast_buffers),
-                          buffer_broadcast_labels(cfg.prof), buffer_broadcasts(cfg.prof))
+    return before_forward(run, cfg.prof, buffer_prices(cfg.prof, cfg.env, cfg.p, collective, broadcast_buffers))
 
 
-def before_forward(run: TermsRun, prices: np.ndarray, labels: list[str], nbytes: np.ndarray) -> TermsRun:
-    """``run`` after blocking broadcasts that precede the forward, ``prices`` (C, k) (DDP's buffers,
-    :func:`.sequential.buffer_prices`): nothing runs beside them, and each is o on the training thread then its
+def before_forward(run: TermsRun, prof: Any, prices: np.ndarray) -> TermsRun:
+    """``run`` after DDP's blocking buffer broadcasts, which precede the forward, ``prices`` (C, k)
+    (:func:`.sequential.buffer_prices`): nothing runs beside them, and each is o on the training thread then its
     time on the link, o + l = its price (:class:`.core.LinkComm`), so the iteration is longer by their sum and the
     timeline starts later by it."""
     total = prices.sum(axis=-1)
@@ -212,10 +210,7 @@ def before_forward(run: TermsRun, prices: np.ndarray, labels: list[str], nbytes:
     evs = None
     if run.events is not None:
         t0 = float(total[0])
-        ends = np.cumsum(prices[0])
-        evs = [Event("comm", "broadcast", lab, e - t, e, float(n))
-               for t, e, lab, n in zip(prices[0], ends, labels, nbytes, strict=False)]
-        evs += [replace(e, start=e.start + t0, end=e.end + t0) for e in run.events]
+        evs = buffer_events(prof, prices[0]) + [replace(e, start=e.start + t0, end=e.end + t0) for e in run.events]
     return TermsRun(run.time + total, evs, {**run.details, "buffer_broadcast_s": total})
 
 
