@@ -190,6 +190,14 @@ def test_every_exact_technique_equals_single_process_sgd(world_size: int, refere
                 assert min(parts) >= -1e-9 and s.total > 0, (key, s)
                 assert abs(sum(parts) + s.compression - s.total) < 1e-6, (key, s)
                 assert np.isfinite(s.loss)
+    # ByteScheduler counts its negotiated batches per step, as deltas: at least one for each step but the last
+    # (whose partitions may still be in flight), at most one per partition per step
+    for name in ("mlp", "cnn", "odd"):
+        for out in ranks:
+            steps = out["bytescheduler", name][1]
+            batches, parts = [s.extra["batches"] for s in steps], steps[0].extra["partitions"]
+            assert min(batches) >= 0 and STEPS - 1 <= sum(batches) <= STEPS * parts, (name, batches)
+            assert all(0 <= s.extra["negotiation_s"] < 60 for s in steps)
     # the frozen and unused layers did not move
     odd = ranks[0]["dear", "odd"][0]
     for n in ("frozen.weight", "unused.weight"):

@@ -27,6 +27,7 @@ of the trainer's backend, so the trainer's group stays free for other work.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from typing import Any
 
@@ -76,7 +77,9 @@ class ByteScheduler(ExactTrainer):
         self._stop = False
         self._error: BaseException | None = None
         self._events: list[Any] = [None] * len(self.params)
-        self.batches = 0
+        self.batches = 0  # batches negotiated, and seconds the communication thread spent in their broadcasts
+        self.negotiation_s = 0.0
+        self._counted = (0, 0.0)  # (batches, negotiation_s) when _extra last reported
         ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
         self._root = ranks[0]
         self._is_root = dist.get_rank() == ranks[0]
@@ -158,7 +161,15 @@ class ByteScheduler(ExactTrainer):
         pass  # in the next forward's pre-hooks (or finish())
 
     def _extra(self) -> dict[str, float]:
-        return {"partitions": float(len(self.partitions)), "batches": float(self.batches)}
+        """The partitions, and the batches and negotiation seconds since the last step (the thread's batches
+        straddle steps; over many steps the mean per step is exact). A negotiation is a rendezvous: gloo's
+        broadcast returns on rank 0 only once every rank has entered it, and a rank enters it once it has a ready
+        gradient, so its seconds include waiting for the slowest rank."""
+        with self._cond:
+            batches, seconds = self.batches, self.negotiation_s
+        last, self._counted = self._counted, (batches, seconds)
+        return {"partitions": float(len(self.partitions)), "batches": float(batches - last[0]),
+                "negotiation_s": seconds - last[1]}
 
     def close(self) -> None:
         super().close()
@@ -209,7 +220,9 @@ class ByteScheduler(ExactTrainer):
                     work.wait()
                     held -= nbytes
                 mask[batch] = 1
+            started = time.perf_counter()
             dist.broadcast(mask, src=self._root, group=self._ctrl_pg)
+            negotiated = time.perf_counter() - started
             batch = mask.nonzero().flatten().tolist()
             size = sum(self._bytes[c] for c in batch)
             while inflight and held + size > self.credit_bytes:
@@ -222,9 +235,10 @@ class ByteScheduler(ExactTrainer):
             for c, w in zip(batch, works, strict=True):
                 inflight.append((w, self._bytes[c]))
             held += size
-            self.batches += 1
             sent += len(batch)
             with self._cond:
+                self.batches += 1
+                self.negotiation_s += negotiated
                 for c, w in zip(batch, works, strict=True):
                     self._works[c] = w
                     self._issued[c] = gen

@@ -54,6 +54,23 @@ def shipped_defaults(env: Any, host: Any = None) -> Any:
     return dataclasses.replace(env, **cm.default_terms(env, host))
 
 
+def _counted(rs: Sequence[Mapping[str, Any]], tech: str, env: Any, p: int) -> dict[str, Any]:
+    """The runner's counters per step (mean over the repetitions that kept them: ``counters`` of the iteration
+    records) and, for ByteScheduler, what the model prices one batch's negotiation at (``negotiation_priced_s``:
+    rank 0's broadcast of the batch mask, :func:`costmodels.schedules.blocks.negotiation_time`), to set beside
+    the measured seconds per batch."""
+    kept = [r["result"]["counters"] for r in rs if isinstance(r["result"].get("counters"), Mapping)]
+    if not kept:
+        return {}
+    keys = sorted(set.intersection(*(set(c) for c in kept)))
+    out: dict[str, Any] = {"counters": {k: float(np.mean([float(c[k]) for c in kept])) for k in keys}}
+    if tech == "bytescheduler" and "partitions" in out["counters"]:
+        from costmodels.schedules.blocks import negotiation_time
+
+        out["negotiation_priced_s"] = negotiation_time(p, env, int(out["counters"]["partitions"]), True)
+    return out
+
+
 def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, environment: str,
             host: Any = None, calibrate: bool = True, terms: Sequence[str] | None = None,
             probes: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -153,6 +170,7 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
                                                                          "contended_step")}
             if scale != 1.0:
                 result["latency_scale"] = scale
+            result.update(_counted(rs, tech, base, p))
             if "predicted_s" in result:  # which term accounts for the error of the best prediction available
                 e = scale_latency(with_terms(base, loto[tech]) if tech in loto else base, scale)
                 contrib = contributions(tech, opts, prof, e, p)

@@ -55,6 +55,10 @@ def table_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         row["technique_name"] = c["technique"]
         # (b)'s standard error from the calibrated terms' covariance, relative to the measurement (as its error)
         row["error_calibrated_stderr"] = _num(s.get("predicted_calibrated_stderr_s")) / s["measured_s"]
+        counted = s.get("counters") or {}
+        row["batches_per_step"] = _num(counted.get("batches"))
+        row["negotiation_ms_per_step"] = _num(counted.get("negotiation_s")) * 1e3
+        row["negotiation_priced_ms"] = _num(s.get("negotiation_priced_s")) * 1e3
         rows.append(row)
     return rows
 
@@ -142,6 +146,24 @@ def _stderr(row: Mapping[str, Any], error: str) -> str:
     return f" ± {se:.1%}" if isinstance(se, float) and math.isfinite(se) else ""
 
 
+def negotiation_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """ByteScheduler's negotiations as measured (batches and seconds per step, from the runner's counters) beside
+    the model's price of one; empty where no row kept them."""
+    kept = [r for r in rows if math.isfinite(r.get("batches_per_step", math.nan)) and r["batches_per_step"] > 0
+            and math.isfinite(r.get("negotiation_ms_per_step", math.nan))]
+    if not kept:
+        return []
+    lines = ["", "ByteScheduler's negotiations (rank 0's broadcast of each batch; gloo's broadcast returns on rank 0 "
+             "only once every rank has entered it, so a batch waits for the slowest rank):", "",
+             "| environment | model | batches per step | measured ms per batch | priced ms per batch |",
+             "|---|---|---|---|---|"]
+    for r in kept:
+        per = r["negotiation_ms_per_step"] / r["batches_per_step"]
+        lines.append(f"| {r['environment']} | {r['model']} | {r['batches_per_step']:.1f} | {per:.2f} | "
+                     f"{r['negotiation_priced_ms']:.2f} |")
+    return lines
+
+
 def markdown(rows: Sequence[Mapping[str, Any]], command: str, notes: Sequence[str] = ()) -> str:
     """The report as markdown: the command, its notes, the regimes, the rows, then per prediction the median and max
     error per environment and the winner figure."""
@@ -160,6 +182,7 @@ def markdown(rows: Sequence[Mapping[str, Any]], command: str, notes: Sequence[st
                   ("predicted_defaults_ms", "error_defaults"))]
         lines.append(f"| {r['technique']} | {r['environment']} | {r['p']} | {r['model']} | {r['measured_ms']:.2f} | "
                      f"{spread} | " + " | ".join(cells) + " |")
+    lines += negotiation_lines(rows)
     for key, label in LABELS.items():
         lines += ["", f"**{label}**", "",
                   "| environment | cells | median abs. error | max abs. error | within spread |",

@@ -17,7 +17,10 @@ batch / time_s), every iteration's time (``times``), and ``wall_s``: the wall-cl
 whole timed loop (started on all ranks by a barrier, max over ranks), with ``mean_time_s`` = wall_s
 / iterations, the unbiased mean for techniques whose ranks run apart between synchronisations
 (local SGD: the max over ranks of each iteration would overstate a period), and ``time_rank_mean_s``: the median
-over iterations of the *mean* over ranks of each rank's step time. Where a step does not end at a synchronisation
+over iterations of the *mean* over ranks of each rank's step time, and ``counters``: what the technique did per
+timed step, the mean over steps and ranks of its :class:`~runners.training.base.StepResult` ``extra`` (messages,
+buckets; ByteScheduler's negotiated batches and the seconds its communication thread spent negotiating them).
+Where a step does not end at a synchronisation
 (ByteScheduler's step returns while its partitions still travel) the ranks' step boundaries drift apart, and the
 maximum over ranks of one iteration exceeds the period: the mean over iterations of that maximum is at least
 wall_s / iterations, while each rank's steps add up to wall_s, so their mean over ranks does not drift.
@@ -44,7 +47,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,6 +188,19 @@ def _mean_over_ranks(ctx: Context, value: float) -> float:
     return float(t[0]) / ctx.world
 
 
+def _counters_over_ranks(ctx: Context, steps: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """What the technique did per timed step (``StepResult.extra``: its messages, buckets, ByteScheduler's batches
+    and negotiation seconds): the mean over the timed steps, then over ranks. Every rank runs the same technique,
+    so every rank has the same keys (none: nothing is communicated)."""
+    keys = sorted({k for step in steps for k in step})
+    if not keys:
+        return {}
+    local = [sum(float(step.get(k, 0.0)) for step in steps) / len(steps) for k in keys]
+    x = ctx.torch.tensor(local, dtype=ctx.torch.float64, device=ctx.device)
+    ctx.dist.all_reduce(x, op=ctx.dist.ReduceOp.SUM)
+    return {k: v / ctx.world for k, v in zip(keys, x.cpu().tolist(), strict=True)}
+
+
 def train(ctx: Context, opts: Options, stdout: Any = None) -> list[dict[str, Any]]:
     """Run the warm-up and timed steps; rank 0 prints progress and appends the records (returned on rank 0)."""
     from runners.training import technique as get_technique
@@ -306,12 +322,14 @@ def train(ctx: Context, opts: Options, stdout: Any = None) -> list[dict[str, Any
             break
     local = []
     losses = []
+    counted: list[dict[str, float]] = []  # each timed step's counters (messages, batches, ...; StepResult.extra)
     every = max(1, opts.iterations // 10)
     ctx.dist.barrier()  # the timed loop starts on all ranks together
     loop_started = time.perf_counter()
     for k in range(1, opts.iterations + 1 if diverged is None else 1):
         r = one_step()
         local.append([float(getattr(r, part)) for part in PARTS])
+        counted.append(dict(getattr(r, "extra", None) or {}))
         losses.append(float(r.loss))
         if k % every == 0 or k == opts.iterations:
             say(f"[{k}/{opts.iterations}] {r.total * 1e3:.2f} ms (rank 0), loss {r.loss:.4f}")
@@ -341,6 +359,7 @@ def train(ctx: Context, opts: Options, stdout: Any = None) -> list[dict[str, Any
     ctx.dist.all_reduce(t, op=ctx.dist.ReduceOp.MAX)
     ctx.dist.all_reduce(least, op=ctx.dist.ReduceOp.MIN)
     per_iter = t.cpu().tolist()
+    counters = _counters_over_ranks(ctx, counted)
     times = [row[0] for row in per_iter]
     time_s = _quantile(times, 0.5)
     res = {"time_s": time_s, "time_p10_s": _quantile(times, 0.1), "time_p90_s": _quantile(times, 0.9),
@@ -351,6 +370,8 @@ def train(ctx: Context, opts: Options, stdout: Any = None) -> list[dict[str, Any
            "diverged": diverged is not None}
     if diverged is not None:
         res.update(diverged_step=diverged, iterations_timed=len(local))
+    if counters:
+        res["counters"] = counters
     for i, part in enumerate(PARTS[1:], start=1):
         res[f"{part}_s"] = _quantile([row[i] for row in per_iter], 0.5)
     # the rank that arrives last waits for no one: its exposed communication is the iteration's own
