@@ -18,7 +18,9 @@ checks: a model change is judged on every run (``bench/bench_validation.py`` rep
 one run by fitting its noise shows up on the others. ``validation-run4/`` (2026-11-28, a quiet host) is the first
 made after the exact runners stopped allocating their flat buffers afresh every step (DeAR, ZeRO, MG-WFBP, bsp
 flattened: :class:`runners.training.exact_common.FlatBucket`); the three before measured those techniques with
-the CPU allocator's page faults in them.
+the CPU allocator's page faults in them. ``validation-run5/`` (2026-11-29, a quiet host) is the first whose
+iteration records keep the runner's ``counters`` (ByteScheduler's negotiated batches and their seconds per step),
+made after DDP's buffer broadcast was priced and held out from every change before it.
 
 ``published/`` holds collective measurements published by others (nccl-tests tables and benchmark posts on
 8x A100, 8x H200 (all-reduce with and without NVLS, all-gather, reduce-scatter), 2 x 8 H100 and PCIe GPUs
@@ -45,7 +47,8 @@ REGIMES = (("small (< 1 MiB)", 0, 2**20), ("mid (1 MiB - 1 GiB)", 2**20, 2**30),
 RUNS = {"validation": "2026-11-24, a busy host (other work 0-6% of the CPUs)",
         "validation-rerun": "2026-11-27, the same command on a quiet host",
         "validation-run3": "2026-11-27, a third run on a quiet host, fitted as today (gamma where it earns it)",
-        "validation-run4": "2026-11-28, a quiet host, the exact runners keeping their flat buffers across steps"}
+        "validation-run4": "2026-11-28, a quiet host, the exact runners keeping their flat buffers across steps",
+        "validation-run5": "2026-11-29, a quiet host, the runners counting what each technique did per step"}
 PUBLISHED_DIR = Path(__file__).resolve().parent / "published"
 COMMAND = "commscope validate --suite quick --ranks 4 --emulate 200mbit,1gbit:2,2500mbit"
 
