@@ -261,7 +261,7 @@ def same_fit(old: Any, new: Any, rtol: float = 1e-6) -> bool:
 
 
 def repredict(out: str | os.PathLike[str], terms: Sequence[str] | None = None, probes: bool = False,
-              per_primitive: bool = True) -> list[dict[str, Any]]:
+              per_primitive: bool = True, calibrate: bool = True) -> list[dict[str, Any]]:
     """Predict a finished validation again with today's models: every environment directory's link is fitted again
     to its sweep (``environment.json`` replaced, atomically), and its records, that environment and its profiles
     go through :func:`compare` once more, and ``validation.jsonl``, ``.csv`` and ``.md``
@@ -269,7 +269,8 @@ def repredict(out: str | os.PathLike[str], terms: Sequence[str] | None = None, p
     The measurements are not touched. The command and the notes of the old ``validation.md`` are kept, the
     host notes refreshed from each ``host_load.json``. ``terms``: what (b) calibrates (default: calibrate's
     ``FITTED``); ``probes``: every cell at the latency its runs' probes measured (:mod:`.latency`; runs that kept
-    them); ``per_primitive``: False fits one link for every primitive (:func:`.rank.fit_link`)."""
+    them); ``per_primitive``: False fits one link for every primitive (:func:`.rank.fit_link`); ``calibrate``:
+    False leaves prediction (b) out (its leave-one-technique-out fits are most of the time)."""
     import tempfile
 
     import costmodels as cm
@@ -310,7 +311,7 @@ def repredict(out: str | os.PathLike[str], terms: Sequence[str] | None = None, p
         measured = results.load(envdir / "records.jsonl").records
         recs = compare(measured, profs, env, envdir.name,
                        host=host_cpu.shared_host(host_cpu_data, measured, int(plan.get("threads", 1))), terms=terms,
-                       probes=latency_probes(envdir) if probes else None)
+                       probes=latency_probes(envdir) if probes else None, calibrate=calibrate)
         load_file = envdir / "host_load.json"
         if load_file.is_file():
             load = json.loads(load_file.read_text())
