@@ -31,7 +31,8 @@ VALIDATION_COLUMNS = ["technique", "environment", "p", "model", "batch_size", "p
                       "environment_name", "how", "repeats", "spread", "comm_share_bsp", "predicted_calibrated_s",
                       "error_calibrated", "stderr_calibrated", "predicted_defaults_s", "error_defaults", "term",
                       "term_change", "gap_s",
-                      "attributed", *[f"contrib_{t}_s" for t in TERMS]]
+                      "attributed", *[f"contrib_{t}_s" for t in TERMS], "batches_per_step",
+                      "negotiation_ms_per_batch", "negotiation_priced_ms"]
 # metric -> (axis label, help)
 EFFICIENCY_METRICS = {
     "speedup": ("speedup over the baseline (x)", "baseline iteration time / technique iteration time, per source"),
@@ -97,6 +98,12 @@ def validation_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
         row.update({"term": str(att.get("term") or ""), "term_change": _num(att.get("change")),
                     "gap_s": _num(att.get("gap_s")), "attributed": str(att.get("prediction") or ""),
                     **{f"contrib_{t}_s": _num(contrib.get(t)) for t in TERMS}})
+        # the runner's counters (runs since 2026-11-29): ByteScheduler's negotiations, measured and priced
+        counted = s.get("counters") if isinstance(s.get("counters"), Mapping) else {}
+        batches = _num(counted.get("batches"))
+        row.update({"batches_per_step": batches,
+                    "negotiation_ms_per_batch": _num(counted.get("negotiation_s")) / batches * 1e3 if batches > 0
+                    else math.nan, "negotiation_priced_ms": _num(s.get("negotiation_priced_s")) * 1e3})
         rows.append(row)
     return _fill_shares(pd.DataFrame(rows, columns=VALIDATION_COLUMNS))
 
@@ -146,7 +153,7 @@ def repredict(records: Sequence[Mapping[str, Any]], profiles: Mapping[str, Any],
     frame["how"] = how
     frame["environment_name"] = env.name
     cleared = ["predicted_calibrated_s", "error_calibrated", "stderr_calibrated", "predicted_defaults_s",
-               "error_defaults", "term_change", "gap_s", *[f"contrib_{t}_s" for t in TERMS]]
+               "error_defaults", "term_change", "gap_s", *[f"contrib_{t}_s" for t in TERMS], "negotiation_priced_ms"]
     frame[cleared] = math.nan  # (b), (c) and the attribution belong to the recorded environment, not to ``env``
     frame[["term", "attributed"]] = ""
     return frame

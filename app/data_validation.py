@@ -194,3 +194,18 @@ def contributions(frame: pd.DataFrame) -> pd.DataFrame:
         out.append({"cell": cell, "term": "gap", "ms": r["gap_s"] * 1e3, "share": math.nan,
                     "attributed": r["term"] == "missing term"})
     return pd.DataFrame(out, columns=["cell", "term", "ms", "share", "attributed"])
+
+
+def negotiation_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """ByteScheduler's negotiations per (environment, model) where the records kept the runner's counters: batches
+    per step, the measured milliseconds per batch (rank 0's broadcast, a rendezvous that waits for the slowest
+    rank) and the model's price of one; empty where none kept them."""
+    cols = ["environment", "model", "batches per step", "measured ms per batch", "priced ms per batch",
+            "measured / priced"]
+    rows = frame[np.isfinite(frame["negotiation_ms_per_batch"].to_numpy(dtype=float))]
+    return pd.DataFrame({"environment": rows["environment"], "model": rows["model"],
+                         "batches per step": rows["batches_per_step"],
+                         "measured ms per batch": rows["negotiation_ms_per_batch"],
+                         "priced ms per batch": rows["negotiation_priced_ms"],
+                         "measured / priced": rows["negotiation_ms_per_batch"] / rows["negotiation_priced_ms"]},
+                        columns=cols).reset_index(drop=True)

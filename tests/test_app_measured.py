@@ -340,6 +340,17 @@ def test_measured_page_shows_either_shipped_run(measured: AppTest) -> None:
     assert len(measured.metric) == 1
 
 
+def test_measured_page_shows_measured_negotiations_where_the_run_counted_them(measured: AppTest) -> None:
+    def negotiations() -> list:
+        return [d.value for d in measured.dataframe if "measured ms per batch" in d.value.columns]
+
+    assert negotiations() == []  # the first run's records predate the runner's counters
+    measured.radio(key="meas_run").set_value("validation-run5").run()
+    assert not measured.exception, measured.exception
+    (table,) = negotiations()
+    assert len(table) == 6 and table["measured ms per batch"].iloc[0] == 15.44  # 200 Mbit/s, resnet_small
+
+
 def test_measured_sidebar_environment_repredicts(measured: AppTest) -> None:
     measured.radio(key="meas_predictions").set_value("sidebar").run()
     before = _specs(measured)[0]

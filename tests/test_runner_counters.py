@@ -80,3 +80,22 @@ def test_the_report_sets_measured_negotiations_beside_the_price() -> None:
     assert lines[-1] == "| 200mbit | resnet_small | 8.0 | 15.00 | 1.05 |"  # 120 ms / 8 batches; 1.047 ms priced
     assert "| 200mbit | resnet_small | 8.0 | 15.00 | 1.05 |" in markdown(rows, "commscope validate")
     assert negotiation_lines(table_rows([_record("bytescheduler", {})])) == []  # runs before the counters
+
+
+def test_the_app_sets_the_shipped_negotiations_beside_their_price() -> None:
+    from app.data_measured import validation_frame
+    from app.data_validation import negotiation_table
+    from runners import reference
+
+    # validation-run5 (2026-11-29) is the first shipped run with the counters: at 200 Mbit/s on resnet_small
+    # 0.11889 s of negotiation over 7.698 batches per step = 15.44 ms per batch, against 1.44 ms priced
+    table = negotiation_table(validation_frame(reference.validation_records("validation-run5")))
+    assert len(table) == 6 and list(table.columns) == ["environment", "model", "batches per step",
+                                                       "measured ms per batch", "priced ms per batch",
+                                                       "measured / priced"]
+    row = table.iloc[0]
+    assert (row["environment"], row["model"]) == ("200mbit", "resnet_small")
+    assert (round(row["batches per step"], 1), round(row["measured ms per batch"], 2),
+            round(row["priced ms per batch"], 2)) == (7.7, 15.44, 1.44)
+    assert (table["measured / priced"] > 6).all()  # 7.3x to 43x on the six cells
+    assert negotiation_table(validation_frame(reference.validation_records())).empty  # runs before the counters

@@ -34,6 +34,7 @@ from app.data_validation import (
     cell_table,
     contributions,
     has_attribution,
+    negotiation_table,
     percent_columns,
     prediction_view,
     ranking,
@@ -323,6 +324,10 @@ else:
     st.dataframe(cells, hide_index=True, width="stretch", key="meas_cells",
                  column_config=_percent(percent_columns(cells)))
     st.plotly_chart(_contributions(sig, answers["contributions"]), width="stretch", key="meas_contrib")
+if not (negotiations := negotiation_table(view)).empty:  # runs that kept the runner's counters
+    st.markdown("**ByteScheduler's negotiations, measured beside priced**: gloo's broadcast of a batch returns on "
+                "rank 0 once every rank entered it, a wait for the slowest rank that the model does not price.")
+    st.dataframe(negotiations.round(2), hide_index=True, width="stretch", key="meas_negotiations")
 
 # -------------------------------------------------------------------------------------- error table
 st.subheader("Errors")
