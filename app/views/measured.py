@@ -320,13 +320,11 @@ else:
                "goes to the largest one, with the change of that contribution that closes it (\"bandwidth +18%\": "
                "the bandwidth term would have to cost 18% more). *missing term*: the gap exceeds every "
                "contribution (compute, or a cost the model lacks).")
-    cells = answers["cells"]
-    st.dataframe(cells, hide_index=True, width="stretch", key="meas_cells",
+    st.dataframe(cells := answers["cells"], hide_index=True, width="stretch", key="meas_cells",
                  column_config=_percent(percent_columns(cells)))
     st.plotly_chart(_contributions(sig, answers["contributions"]), width="stretch", key="meas_contrib")
 if not (negotiations := negotiation_table(view)).empty:  # runs that kept the runner's counters
-    st.markdown("**ByteScheduler's negotiations, measured beside priced**: gloo's broadcast of a batch returns on "
-                "rank 0 once every rank entered it, a wait for the slowest rank that the model does not price.")
+    st.markdown("**ByteScheduler's negotiations, measured beside priced** (each waits for the slowest rank)")
     st.dataframe(negotiations.round(2), hide_index=True, width="stretch", key="meas_negotiations")
 
 # -------------------------------------------------------------------------------------- error table
