@@ -413,3 +413,29 @@ def test_predict_iteration_with_compressors(capsys: pytest.CaptureFixture[str]) 
     code, _, err = run(capsys, "predict", "iteration", "--model", "resnet50", "--env", "10GbE", "-p", "8",
                        "--schedule", "dear", "--compressor", "topk:0.01")
     assert code == 2 and "compression runs on top of the schedules" in err
+
+
+def test_a_command_writing_one_document_never_replaces_a_results_file(tmp_path: Path, capsys) -> None:
+    # `commscope profile --out r.jsonl` once replaced a sweep's 11 records with the profile; a results file is only
+    # ever appended to, so every command that replaces its output refuses one, before any work
+    from runners import reference
+    from runners.cli.common import check_writable, holds_records
+
+    shipped = reference.VALIDATION_DIR / "2500mbit" / "records.jsonl"
+    recs = tmp_path / "r.jsonl"
+    recs.write_bytes(b"\n" + b"".join(shipped.read_bytes().splitlines(keepends=True)[:3]))  # a blank line first
+    before = recs.read_bytes()
+    for argv in (["profile", "--model", "mlp", "--batch-size", "4", "--out", str(recs)],
+                 ["calibrate", str(shipped), "--out", str(recs)]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("commscope: error: ") and "holds commscope results records" in err, err
+        assert len(err.strip().splitlines()) == 1 and recs.read_bytes() == before
+    assert holds_records(recs)
+    other = tmp_path / "profile.json"  # a document the command wrote before is replaced as ever
+    other.write_text(json.dumps({"schema": "commscope.model_profile/1"}))
+    check_writable(other, "the profile")
+    for text in ("", "not json\n", "[1, 2]\n"):
+        other.write_text(text)
+        assert not holds_records(other)
+    assert not holds_records(tmp_path / "missing.jsonl")

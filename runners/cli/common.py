@@ -26,13 +26,37 @@ def console() -> Any:
 def check_writable(path: Path, what: str, *, append: bool = False) -> None:
     """Refuse before any work a file that cannot be written (``append``: appended to): its directory is
     missing or read-only, it is a directory or not a regular file, or it is read-only
-    (:func:`costmodels._io.check_writable`)."""
+    (:func:`costmodels._io.check_writable`). A file that would be replaced must not be a results file: records
+    are only ever appended to, so ``--out r.jsonl`` of a command that writes one JSON document is refused
+    rather than losing the measurements in it."""
     from costmodels._io import check_writable as check
 
     try:
         check(path, what, append=append)
     except cm.CommscopeError as exc:
         raise UsageError(str(exc)) from None
+    if not append and holds_records(path):
+        raise UsageError(f"{path} holds commscope results records; writing {what} there would replace them: "
+                         "choose another file (results files are only appended to)")
+
+
+def holds_records(path: Path) -> bool:
+    """Whether ``path`` is a results file: its first non-blank line is a record (``schema``
+    ``commscope.result/...``). Reads at most the first 1 MiB."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh.read(2**20).splitlines():
+                if line.strip():
+                    try:
+                        first = json.loads(line)
+                    except ValueError:
+                        return False
+                    return isinstance(first, dict) and str(first.get("schema", "")).startswith("commscope.result/")
+    except OSError:
+        return False
+    return False
 
 
 def load_model_profile(model: str) -> cm.ModelProfile:
