@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 import costmodels as cm
+from runners.validate.report import negotiation_figures
 
 BASELINE = "bsp"
 #: the term groups a cell's error is attributed to (:mod:`runners.validate.attribution`)
@@ -99,11 +100,7 @@ def validation_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
                     "gap_s": _num(att.get("gap_s")), "attributed": str(att.get("prediction") or ""),
                     **{f"contrib_{t}_s": _num(contrib.get(t)) for t in TERMS}})
         # the runner's counters (runs since 2026-11-29): ByteScheduler's negotiations, measured and priced
-        counted = s.get("counters") if isinstance(s.get("counters"), Mapping) else {}
-        batches = _num(counted.get("batches"))
-        row.update({"batches_per_step": batches,
-                    "negotiation_ms_per_batch": _num(counted.get("negotiation_s")) / batches * 1e3 if batches > 0
-                    else math.nan, "negotiation_priced_ms": _num(s.get("negotiation_priced_s")) * 1e3})
+        row.update(negotiation_figures(s))
         rows.append(row)
     return _fill_shares(pd.DataFrame(rows, columns=VALIDATION_COLUMNS))
 

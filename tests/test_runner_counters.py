@@ -74,8 +74,12 @@ def test_the_report_sets_measured_negotiations_beside_the_price() -> None:
                                       "negotiation_priced_s": 1.047e-3}),
             _record("wfbp", {"counters": {"messages": 47.0}})]
     rows = table_rows(recs)
-    assert rows[0]["batches_per_step"] == 8.0 and rows[0]["negotiation_ms_per_step"] == pytest.approx(120.0)
-    assert math.isnan(rows[1]["batches_per_step"])
+    # 120 ms of negotiation per step over 8 batches: 15 ms a batch; 1.047 ms priced
+    assert rows[0]["batches_per_step"] == 8.0 and rows[0]["negotiation_ms_per_batch"] == pytest.approx(15.0)
+    assert rows[0]["negotiation_priced_ms"] == pytest.approx(1.047)
+    assert math.isnan(rows[1]["batches_per_step"]) and math.isnan(rows[1]["negotiation_ms_per_batch"])
+    zero = table_rows([_record("bytescheduler", {"counters": {"batches": 0.0, "negotiation_s": 0.0}})])[0]
+    assert math.isnan(zero["negotiation_ms_per_batch"])  # no batch counted: no seconds per batch, not a 0/0
     lines = negotiation_lines(rows)
     assert lines[-1] == "| 200mbit | resnet_small | 8.0 | 15.00 | 1.05 |"  # 120 ms / 8 batches; 1.047 ms priced
     assert "| 200mbit | resnet_small | 8.0 | 15.00 | 1.05 |" in markdown(rows, "commscope validate")

@@ -37,6 +37,20 @@ def _num(x: Any) -> float:
     return float(x) if isinstance(x, (int, float)) and x is not None and math.isfinite(x) else math.nan
 
 
+def negotiation_figures(result: Mapping[str, Any]) -> dict[str, float]:
+    """ByteScheduler's negotiations in one validation record's ``result``, as the report and the app show them:
+    ``batches_per_step`` (the runner's counter), ``negotiation_ms_per_batch`` (its measured seconds per step over
+    those batches) and ``negotiation_priced_ms`` (the model's price of one,
+    :func:`runners.validate.prediction._counted`); NaN where the record kept no counters (runs before
+    2026-11-29) or counted no batch."""
+    counted = result.get("counters") if isinstance(result.get("counters"), Mapping) else {}
+    batches = _num(counted.get("batches"))
+    return {"batches_per_step": batches,
+            "negotiation_ms_per_batch": _num(counted.get("negotiation_s")) / batches * 1e3 if batches > 0
+            else math.nan,
+            "negotiation_priced_ms": _num(result.get("negotiation_priced_s")) * 1e3}
+
+
 def table_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per validation record: technique, environment, p, model, the regime (communication share of the
     bsp iteration), measured ms with its spread, and each prediction in ms with its error."""
@@ -55,10 +69,7 @@ def table_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         row["technique_name"] = c["technique"]
         # (b)'s standard error from the calibrated terms' covariance, relative to the measurement (as its error)
         row["error_calibrated_stderr"] = _num(s.get("predicted_calibrated_stderr_s")) / s["measured_s"]
-        counted = s.get("counters") or {}
-        row["batches_per_step"] = _num(counted.get("batches"))
-        row["negotiation_ms_per_step"] = _num(counted.get("negotiation_s")) * 1e3
-        row["negotiation_priced_ms"] = _num(s.get("negotiation_priced_s")) * 1e3
+        row.update(negotiation_figures(s))
         rows.append(row)
     return rows
 
@@ -149,8 +160,7 @@ def _stderr(row: Mapping[str, Any], error: str) -> str:
 def negotiation_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """ByteScheduler's negotiations as measured (batches and seconds per step, from the runner's counters) beside
     the model's price of one; empty where no row kept them."""
-    kept = [r for r in rows if math.isfinite(r.get("batches_per_step", math.nan)) and r["batches_per_step"] > 0
-            and math.isfinite(r.get("negotiation_ms_per_step", math.nan))]
+    kept = [r for r in rows if math.isfinite(r.get("negotiation_ms_per_batch", math.nan))]
     if not kept:
         return []
     lines = ["", "ByteScheduler's negotiations (rank 0's broadcast of each batch; gloo's broadcast returns on rank 0 "
@@ -158,8 +168,8 @@ def negotiation_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
              "| environment | model | batches per step | measured ms per batch | priced ms per batch |",
              "|---|---|---|---|---|"]
     for r in kept:
-        per = r["negotiation_ms_per_step"] / r["batches_per_step"]
-        lines.append(f"| {r['environment']} | {r['model']} | {r['batches_per_step']:.1f} | {per:.2f} | "
+        lines.append(f"| {r['environment']} | {r['model']} | {r['batches_per_step']:.1f} | "
+                     f"{r['negotiation_ms_per_batch']:.2f} | "
                      f"{r['negotiation_priced_ms']:.2f} |")
     return lines
 
