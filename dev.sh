@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # commscope's set-up and entry point for a fresh clone.
 #   ./dev.sh app [streamlit flags]   set up .venv (once) and serve the app on the bundled data
-#   ./dev.sh test [pytest args]      set up .venv (once) and run the full test suite (ruff + pytest)
+#   ./dev.sh test [pytest args]      set up .venv (once) and run the full test suite (ruff + pytest); with
+#                                    arguments, pytest runs with just those
 #   ./dev.sh setup                   only set up .venv
 # The virtual environment is project-local (.venv, or $COMMSCOPE_VENV) and reused; it is brought
 # up to date whenever pyproject.toml or this script changes.
@@ -111,7 +112,16 @@ case "$cmd" in
     setup
     system_tools
     "$VENV/bin/ruff" check .
-    exec "$VENV/bin/python" -m pytest "$@" ;;
+    [ $# -gt 0 ] && exec "$VENV/bin/python" -m pytest "$@"  # with arguments: pytest with just those, serially
+    # The whole suite in two passes. First the app's in-process page tests (marker app_inprocess, set by
+    # tests/conftest.py: Streamlit's AppTest, no process started, nothing timed against another process) on
+    # two pytest-xdist workers, a file to a worker. Then every other test one at a time, in the order of the
+    # serial suite: the tests that start ranks, emulated networks, the app server or a browser time real processes
+    # on the same cores and would measure each other.
+    rc=0
+    "$VENV/bin/python" -m pytest -n "${COMMSCOPE_TEST_WORKERS:-2}" --dist loadfile -m app_inprocess || rc=$?
+    "$VENV/bin/python" -m pytest -m "not app_inprocess" || { r=$?; [ $rc -ne 0 ] || rc=$r; }
+    exit $rc ;;
   *)
     echo "usage: ./dev.sh app [streamlit flags] | ./dev.sh test [pytest args] | ./dev.sh setup" >&2
     exit 2 ;;
