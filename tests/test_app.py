@@ -348,3 +348,17 @@ def test_no_download_reruns_the_page() -> None:
                 if not (on_click and isinstance(on_click[0], ast.Constant) and on_click[0].value == "ignore"):
                     missing.append(f"{path.name}:{node.lineno}")
     assert missing == [], f"download buttons that rerun the page: {missing}"
+
+
+def test_reruns_add_the_repository_to_sys_path_once() -> None:
+    # Streamlit executes app/main.py again on every interaction; each run used to insert the repository root into
+    # sys.path once more (after 10 runs, 10 copies, and importlib.metadata listed commscope 10 more times)
+    import sys
+
+    at = AppTest.from_file(MAIN, default_timeout=60).run()
+    assert not at.exception, at.exception
+    root = str(Path(MAIN).resolve().parent.parent)
+    copies = sys.path.count(root)
+    for _ in range(3):
+        at.run()
+    assert sys.path.count(root) == copies == 1
