@@ -12,9 +12,10 @@ from pathlib import Path
 import streamlit as st
 
 _ROOT = str(Path(__file__).resolve().parent.parent)
-# streamlit runs this file as a script, again on every rerun: make ``app`` importable, once (an entry added per
-# rerun grew sys.path by one per interaction, and every scan of it with it: Streamlit's AppTest reads the
-# metadata of every distribution on sys.path per test, 4x slower after 50 reruns)
+# streamlit runs this file as a script, again on every rerun: make ``app`` importable, once. An entry added per
+# rerun grew sys.path by one per interaction, and every scan of it with it: Streamlit's AppTest reads the metadata
+# of every distribution on sys.path for each new test app, and a page opened in 0.8 s, then 1.7 s after 40 opens
+# (0.2 s each with one entry)
 if __package__ in (None, "") and _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
