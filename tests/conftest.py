@@ -1,11 +1,15 @@
-"""Marks the app's in-process page tests, which ``./dev.sh test`` runs on two workers (see dev.sh)."""
+"""Marks the app's in-process page tests, which ``./dev.sh test`` runs on two workers (see dev.sh), and holds
+them to it: such a test that starts a process fails, naming the mark it lacks."""
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+pytest_plugins = ("pytester",)  # tests/test_architecture.py runs the guard below on test files of its own
 PROCESS_MARKS = ("multiprocess", "browser")
 
 
@@ -16,3 +20,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if Path(str(item.fspath)).name.startswith("test_app") and not any(
                 item.get_closest_marker(m) for m in PROCESS_MARKS):
             item.add_marker(pytest.mark.app_inprocess)
+
+
+class _NoProcess(subprocess.Popen):
+    def __init__(self, args, *rest, **kwargs) -> None:
+        raise AssertionError(f"an app_inprocess test started a process ({args!r}): mark it "
+                             "@pytest.mark.multiprocess (or browser) so that ./dev.sh test runs it serially")
+
+
+@pytest.fixture(autouse=True)
+def _app_inprocess_starts_no_process(request: pytest.FixtureRequest,
+                                     monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    if request.node.get_closest_marker("app_inprocess"):
+        monkeypatch.setattr(subprocess, "Popen", _NoProcess)
+    yield

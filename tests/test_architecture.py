@@ -92,3 +92,32 @@ def test_every_package_says_what_lives_there() -> None:
         if path.name == "__init__.py":
             text = path.read_text().lstrip()
             assert text.startswith(('"""', "'''")), f"{name}/__init__.py has no docstring"
+
+
+def test_an_app_test_that_starts_a_process_without_its_mark_fails(pytester: pytest.Pytester) -> None:
+    # ./dev.sh test runs app_inprocess tests two at a time; tests/conftest.py fails one that starts a process
+    pytester.makeconftest((Path(__file__).parent / "conftest.py").read_text())
+    pytester.makeini("[pytest]\nmarkers =\n    multiprocess: x\n    browser: x\n    app_inprocess: x\n")
+    pytester.makepyfile(test_app_guard="""
+        import subprocess, sys
+        import pytest
+
+        def test_unmarked():
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+        @pytest.mark.multiprocess
+        def test_marked():
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+        def test_pure():
+            assert True
+    """, test_other="""
+        import subprocess, sys
+
+        def test_outside_the_app_modules():
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(["*test_unmarked*", "*an app_inprocess test started a process*"])
+    assert pytester.runpytest("-m", "app_inprocess", "--co", "-q").stdout.str().count("test_app_guard.py::") == 2
