@@ -45,6 +45,9 @@ def holds_records(path: Path) -> bool:
     ``commscope.result/...``). Reads at most the first 1 MiB."""
     import json
 
+    from runners.results import SCHEMA
+
+    prefix = SCHEMA.rsplit("/", 1)[0] + "/"  # any version of the record schema
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
             for line in fh.read(2**20).splitlines():
@@ -53,7 +56,7 @@ def holds_records(path: Path) -> bool:
                         first = json.loads(line)
                     except ValueError:
                         return False
-                    return isinstance(first, dict) and str(first.get("schema", "")).startswith("commscope.result/")
+                    return isinstance(first, dict) and str(first.get("schema", "")).startswith(prefix)
     except OSError:
         return False
     return False
