@@ -90,6 +90,22 @@ def test_the_shipped_reference_fits_are_guarded() -> None:
     assert lines[-1] == "used at p = 64, 16x the largest p it was measured on (4): far outside the fit"
 
 
+def test_a_gloo_fit_used_past_its_records_at_32_mib_warns_of_the_fresh_buffers(good: fitting.FitResult) -> None:
+    # the shipped 2.5 Gbit/s fit: gloo, records 16 B .. 16 MiB
+    env = cm.Environment.load(ROOT / "runners" / "reference" / "validation-run5" / "2500mbit" / "environment.json")
+    assert env.library == "gloo" and env.metadata["bytes_range"] == [16, 2**24]
+    (line,) = [w for w in use_warnings(env, sizes=[2**20, 2**25]) if "fresh buffer" in w]
+    assert line.startswith("used at sizes up to 32MiB: from 32MiB on, PyTorch's gloo all_gather and reduce_scatter")
+    assert "records (up to 16MiB)" in line
+    # 2**25 - 1 B is still served from the heap (the threshold rises to it): no line; 48 MiB is 3x, within a decade
+    assert use_warnings(env, sizes=[2**25 - 1]) == []
+    assert len(use_warnings(env, sizes=[48 * 2**20])) == 1
+    # another library, or a gloo fit whose records reach 32 MiB (it has seen the regime): no line
+    assert use_warnings(env.with_(library="nccl"), sizes=[2**25]) == []
+    assert use_warnings(env, sizes=[2**25], measured_sizes=(16, 2**26)) == []
+    assert good.environment.library == "gloo" and use_warnings(good, sizes=[2**25]) == []  # records to 64 MiB
+
+
 def test_cli_fit_prints_the_warnings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     net = {"rate": "800mbit", "expected_beta_s_per_byte": 10e-9}
     src = write(tmp_path / "r.jsonl", synth("ring_allreduce", reps=2, noise=0.3, seed=3, network=net))

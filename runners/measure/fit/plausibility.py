@@ -9,7 +9,11 @@ environment without one, such as a preset, gives no warnings) and, optionally, t
 - **poor fit**: an RMS relative error above :data:`RMS_LIMIT` (15%);
 - **undetermined parameter**: a fitted parameter whose 95% confidence interval includes zero;
 - **far from the data**: sizes more than :data:`FAR_SIZES` times outside the sizes measured, or p more than
-  :data:`FAR_P` times outside the p measured.
+  :data:`FAR_P` times outside the p measured;
+- **past gloo's fresh buffers**: a gloo fit whose records end below :data:`FRESH_MAPPING_BYTES` (32 MiB) used at
+  that size or more, where PyTorch's gloo ``all_gather`` and ``reduce_scatter`` start to map and first-touch a
+  buffer of the message's size on every call, which the fit has not seen and the model does not price
+  (``bench/bench_fresh_buffers.py`` says why and measures it).
 
     >>> from runners.measure.fit.plausibility import plausibility
     >>> for line in plausibility(env, sizes=[2**10, 2**30], p=[64]):   # doctest: +SKIP
@@ -32,6 +36,14 @@ RMS_LIMIT = 0.15  # a fit that misses its own measurements by more than this (RM
 FAR_SIZES = 10.0  # sizes more than a decade outside the measured ones
 FAR_P = 4.0  # p more than 4x outside the measured ones
 _PARAMS = ("alpha", "beta", "gamma", "intra_alpha", "intra_beta")
+#: glibc's ceiling on its dynamic mmap threshold on 64-bit, DEFAULT_MMAP_THRESHOLD_MAX = 4 MiB x sizeof(long)
+#: (malloc.c since 2006-08-22; mallopt(3), M_MMAP_THRESHOLD): a freed block of at most this size raises the
+#: threshold to its own, so the next allocation of that size comes from the heap; from this size on, every
+#: allocation is a fresh mapping whose pages the kernel zeroes at their first touch. PyTorch's gloo allocates one
+#: of the message's size per all_gather (the flat output) and reduce_scatter (the input's clone) call
+#: (ProcessGroupGloo.cpp). Measured here (bench/results/bench_fresh_buffers.json): a copy into a fresh 32 MiB
+#: buffer 0.46 ns/B against 0.06 reused, the step exactly at 32 MiB.
+FRESH_MAPPING_BYTES = 32 * 2**20
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,7 @@ class FitFacts:
     sizes: tuple[float, float] | None
     p: tuple[int, ...]
     network: Mapping[str, Any] | None
+    library: str | None = None
 
 
 def _num(x: Any) -> float | None:
@@ -60,7 +73,8 @@ def facts(source: FitResult | cm.Environment | None) -> FitFacts | None:
         return FitFacts(source.environment.name, float(source.environment.beta),
                         {k: v.to_dict() for k, v in source.parameters.items()}, source.rms_rel_error,
                         (min(sizes), max(sizes)) if sizes else None, tuple(int(p) for p in source.world_sizes),
-                        source.network if isinstance(source.network, Mapping) else None)
+                        source.network if isinstance(source.network, Mapping) else None,
+                        getattr(source.environment, "library", None))
     if not isinstance(source, cm.Environment):
         return None
     meta = source.metadata if isinstance(source.metadata, Mapping) else {}
@@ -73,7 +87,8 @@ def facts(source: FitResult | cm.Environment | None) -> FitFacts | None:
     ps = tuple(int(p) for p in meta.get("world_sizes") or () if _num(p))
     net = meta.get("network")
     return FitFacts(source.name, float(source.beta), {k: v for k, v in params.items() if isinstance(v, Mapping)},
-                    _num(meta.get("rms_rel_error")), sizes, ps, net if isinstance(net, Mapping) else None)
+                    _num(meta.get("rms_rel_error")), sizes, ps, net if isinstance(net, Mapping) else None,
+                    source.library)
 
 
 def _link_beta(network: Mapping[str, Any] | None) -> tuple[float, str] | None:
@@ -155,6 +170,11 @@ def use_warnings(source: FitResult | cm.Environment | None, *, sizes: Any = None
         if lo * FAR_SIZES < have[0]:
             out.append(f"used at sizes down to {cm.format_size(lo)}, 1/{have[0] / lo:.3g} of the smallest size it "
                        f"was measured on ({cm.format_size(have[0])}): far outside the fit")
+    if f.library == "gloo" and used and max(used) >= FRESH_MAPPING_BYTES and have and have[1] < FRESH_MAPPING_BYTES:
+        out.append(f"used at sizes up to {cm.format_size(max(used))}: from {cm.format_size(FRESH_MAPPING_BYTES)} on, "
+                   "PyTorch's gloo all_gather and reduce_scatter map and first-touch a fresh buffer of the message's "
+                   "size on every call (glibc's mmap threshold stops at 32 MiB), which this fit's records (up to "
+                   f"{cm.format_size(have[1])}) do not show and the model does not price: expect those two slower")
     ps = [q for q in _values(p) if q >= 2]
     if f.p and ps:
         hi_p, lo_p = max(ps), min(ps)
