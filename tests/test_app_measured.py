@@ -284,8 +284,12 @@ def test_measured_page_renders(measured: AppTest) -> None:
     assert [c.key for c in measured.get("plotly_chart")] == ["meas_scatter", "meas_contrib", "meas_eff",
                                                             "meas_param_chart"]
     assert not measured.error
-    # the only warnings: each link's fit, guarded (RMS error above 15% on two of the three shipped links; the
-    # 2.5 Gbit/s one, fitted per code path, is at 13.9%)
+    # it opens on the newest run (runners.reference.DEFAULT_RUN), whose three links' fits pass every guard
+    assert measured.radio(key="meas_run").value == reference.DEFAULT_RUN == "validation-run5"
+    assert not measured.warning
+    # the first run: the only warnings are each link's fit, guarded (RMS error above 15% on two of the three
+    # links; the 2.5 Gbit/s one, fitted per code path, is at 13.9%)
+    measured.radio(key="meas_run").set_value("validation").run()
     assert {w.value.split("**")[1] for w in measured.warning} == {"fitted:200mbit", "fitted:1gbit-2x2"}
     assert all("RMS relative error" in w.value or "includes zero" in w.value or "far outside" in w.value
                for w in measured.warning)
@@ -323,6 +327,9 @@ def test_measured_page_shows_either_shipped_run(measured: AppTest) -> None:
     def right() -> dict[str, str]:
         return {m.label.split(", ", 1)[1]: m.value for m in measured.metric}
 
+    assert right() == {"(a) sweep only": "3 of 6", "(b) calibrated, technique left out": "6 of 6",
+                       "(c) shipped defaults": "5 of 6"}  # the newest run, validation-run5, first
+    measured.radio(key="meas_run").set_value("validation").run()
     assert right() == {"(a) sweep only": "2 of 6", "(b) calibrated, technique left out": "4 of 6",
                        "(c) shipped defaults": "4 of 6"}
     measured.radio(key="meas_run").set_value("validation-rerun").run()
@@ -344,11 +351,11 @@ def test_measured_page_shows_measured_negotiations_where_the_run_counted_them(me
     def negotiations() -> list:
         return [d.value for d in measured.dataframe if "measured ms per batch" in d.value.columns]
 
-    assert negotiations() == []  # the first run's records predate the runner's counters
-    measured.radio(key="meas_run").set_value("validation-run5").run()
-    assert not measured.exception, measured.exception
-    (table,) = negotiations()
+    (table,) = negotiations()  # the newest run, validation-run5, the first with the runner's counters
     assert len(table) == 6 and table["measured ms per batch"].iloc[0] == 15.44  # 200 Mbit/s, resnet_small
+    measured.radio(key="meas_run").set_value("validation").run()
+    assert not measured.exception, measured.exception
+    assert negotiations() == []  # the first run's records predate the runner's counters
 
 
 def test_measured_sidebar_environment_repredicts(measured: AppTest) -> None:

@@ -52,7 +52,7 @@ from app.published_view import published_section
 from app.sidebar import environment_picker
 from app.uploads import results_uploader
 from app.urlstate import Param
-from runners.reference import RUNS
+from runners.reference import DEFAULT_RUN, RUNS
 
 SOURCES = {"reference": "bundled reference run", "upload": "uploaded results files",
            "published": "published collectives (nccl-tests tables)"}
@@ -186,10 +186,10 @@ if source == "published":
 run = "validation"
 if source == "reference":
     from runners.reference import COMMAND
-
-    run = st.radio("run", list(RUNS), format_func=RUNS.get, horizontal=True, key="meas_run",
-                   help="Runs of the same command on hosts of the same kind: a model change is judged on every "
-                        "run, so that what fits one run's noise shows on the others.")
+    st.session_state.setdefault("meas_run", DEFAULT_RUN)  # the newest run first (runners.reference.DEFAULT_RUN)
+    run = st.radio("run", list(RUNS), format_func=RUNS.get, key="meas_run", horizontal=True, help="Runs of the "
+                   "same command on hosts of the same kind: a model change is judged on every run, so that what fits "
+                   "one run's noise shows on the others.")
     records, envs = _reference(run)
     key = f"reference:{run}"
     st.caption(f"A shipped reference run: 4 gloo ranks on CPU behind emulated links, one per rank, or 2 per "
