@@ -173,7 +173,7 @@ def use_warnings(source: FitResult | cm.Environment | None, *, sizes: Any = None
     if f.library == "gloo" and used and max(used) >= FRESH_MAPPING_BYTES and have and have[1] < FRESH_MAPPING_BYTES:
         out.append(f"used at sizes up to {cm.format_size(max(used))}: from {cm.format_size(FRESH_MAPPING_BYTES)} on, "
                    "PyTorch's gloo all_gather and reduce_scatter map and first-touch a fresh buffer of the message's "
-                   "size on every call (glibc's mmap threshold stops at 32 MiB), which this fit's records (up to "
+                   "size on every call (glibc's mmap threshold stops rising there), which this fit's records (up to "
                    f"{cm.format_size(have[1])}) do not show and the model does not price: expect those two slower")
     ps = [q for q in _values(p) if q >= 2]
     if f.p and ps:
