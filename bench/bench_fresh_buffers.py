@@ -10,8 +10,8 @@ calls it) gathers into a new flat output (``newLikeFlat``) and then copies it in
 serves an allocation of at least its mmap threshold with a fresh ``mmap``, whose pages the kernel zeroes at their
 first touch; the threshold rises to the size of each mapped block that is freed, but never above
 ``DEFAULT_MMAP_THRESHOLD_MAX``: 32 MiB on 64-bit (malloc.c, 2006-08-22; mallopt(3), M_MMAP_THRESHOLD). So a
-buffer below 32 MiB is reused from the heap after the first call, and one of 32 MiB or more is mapped and
-first-touched on every call.
+buffer below 32 MiB comes back from the heap after a few calls (8-9 here), and one of 32 MiB or more is mapped
+and first-touched on every call.
 
 Part 1 (any machine, seconds): ``torch.empty(n).copy_(src)`` (a fresh buffer) against ``dst.copy_(src)`` (one
 reused buffer), one thread, median of ``repeat`` calls per size: seconds per byte of each, and their ratio.
@@ -21,11 +21,10 @@ byte relative to its own at 16 MiB. commscope's cost models do not price the fir
 environment warns when it is used at 32 MiB or more beyond its records
 (``runners.measure.fit.plausibility.FRESH_MAPPING_BYTES``). ``--json`` prints one JSON object.
 
-Measured on the development VM, two quiet runs (``bench/results/bench_fresh_buffers.json``): a fresh buffer
-0.46-0.48 ns/B from 32 MiB on against 0.06-0.08 reused, 16-31 MiB fresh 0.06-0.07 (from the heap); at 4 nodes x
-2.5 Gbit/s all_gather took 1.14-1.20 times and reduce_scatter 1.16-1.21 times their 16 MiB seconds per byte at
-32-64 MiB, all_reduce 1.01-1.02, and an all_gather's CPU time went from 8.5-10.9 ms at 16 MiB to 34-37 ms at 32.
-Not explained: 8 MiB, when it is the first size a run measures, was mapped on every call (0.45 ns/B).
+Measured on the development VM, four quiet runs (``bench/results/bench_fresh_buffers.json``): a fresh buffer
+0.46-0.52 ns/B from 32 MiB on against 0.06-0.08 reused, 8-31 MiB fresh 0.05-0.08 (from the heap); at 4 nodes x
+2.5 Gbit/s all_gather took 1.14-1.24 times and reduce_scatter 1.01-1.21 times their 16 MiB seconds per byte at
+32-64 MiB, all_reduce 1.01-1.02, and an all_gather's CPU time went from 8.5-11.0 ms at 16 MiB to 34-44 ms at 32.
 """
 
 from __future__ import annotations
@@ -37,14 +36,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from _timing import times_of  # bench/ is on sys.path when a script in it runs
+
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 2**20
 OPS = ("allreduce", "allgather", "reduce_scatter")
+#: untimed calls per size first: below 32 MiB the heap kept a freed block of the size only after 8-9 calls here
+#: (16 MiB, the first size of a process: 9 calls at 8-9 ms, then 0.9-1.3 ms); at 32 MiB, 40 calls of 17-20 ms
+WARMUP = 12
 
 
 def copy_rows(sizes_mib: Sequence[float], repeat: int) -> list[dict[str, float]]:
@@ -67,14 +70,7 @@ def copy_rows(sizes_mib: Sequence[float], repeat: int) -> list[dict[str, float]]
 
         row: dict[str, float] = {"mib": float(mib)}
         for name, fn in (("reused_s", reused), ("fresh_s", fresh)):
-            for _ in range(3):
-                fn()
-            times = []
-            for _ in range(repeat):
-                t0 = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t0)
-            row[name] = statistics.median(times)
+            row[name] = statistics.median(times_of(fn, repeat, warmup=WARMUP))
         rows.append(row)
     return rows
 

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
+if str(ROOT / "bench") not in sys.path:  # as when the script runs: its directory first on the path (bench/_timing.py)
+    sys.path.insert(0, str(ROOT / "bench"))
 SPEC = importlib.util.spec_from_file_location("bench_fresh_buffers", ROOT / "bench" / "bench_fresh_buffers.py")
 assert SPEC is not None and SPEC.loader is not None
 BENCH = importlib.util.module_from_spec(SPEC)
