@@ -38,9 +38,9 @@ FAR_P = 4.0  # p more than 4x outside the measured ones
 _PARAMS = ("alpha", "beta", "gamma", "intra_alpha", "intra_beta")
 #: glibc's ceiling on its dynamic mmap threshold on 64-bit, DEFAULT_MMAP_THRESHOLD_MAX = 4 MiB x sizeof(long)
 #: (malloc.c since 2006-08-22; mallopt(3), M_MMAP_THRESHOLD): a freed block of at most this size raises the
-#: threshold to its own, so the next allocation of that size comes from the heap; from this size on, every
-#: allocation is a fresh mapping whose pages the kernel zeroes at their first touch. PyTorch's gloo allocates one
-#: of the message's size per all_gather (the flat output) and reduce_scatter (the input's clone) call
+#: threshold to its own, so later allocations of that size come from the heap (here after 8-9 calls); from this
+#: size on, every allocation is a fresh mapping whose pages the kernel zeroes at their first touch. PyTorch's gloo
+#: allocates one of the message's size per all_gather (the flat output) and reduce_scatter (the input's clone) call
 #: (ProcessGroupGloo.cpp). Measured here (bench/results/bench_fresh_buffers.json): a copy into a fresh buffer of
 #: 32 MiB or more 0.46-0.52 ns/B against 0.06-0.08 reused, 31 MiB fresh 0.06-0.08: the step exactly at 32 MiB.
 FRESH_MAPPING_BYTES = 32 * 2**20
