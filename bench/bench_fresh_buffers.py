@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -111,7 +110,7 @@ def sweep(rate: str, nodes: int) -> list[dict[str, Any]]:
         cmd = [sys.executable, "-m", "runners.cli", "emulate", "--nodes", str(nodes), "--rate", rate, "--",
                sys.executable, "-m", "runners.cli", "bench", "collectives", "-o", ",".join(OPS), "-b", "8MiB",
                "-e", "64MiB", "-w", "3", "-n", "10", "--out", str(out)]
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ})
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if done.returncode != 0 or not out.exists():
             tail = " ".join((done.stderr or done.stdout).split()[-40:])
             _fail(f"the emulated sweep failed (exit {done.returncode}): {tail}")
