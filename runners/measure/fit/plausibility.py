@@ -174,9 +174,9 @@ def use_warnings(source: FitResult | cm.Environment | None, *, sizes: Any = None
         out.append(f"used at sizes up to {cm.format_size(max(used))}: from {cm.format_size(FRESH_MAPPING_BYTES)} on, "
                    "PyTorch's gloo all_gather and reduce_scatter map and first-touch a fresh buffer of the message's "
                    "size on every call (glibc's mmap threshold stops rising there), which this fit's records (up to "
-                   f"{cm.format_size(have[1])}) do not show and the model does not price: expect those two slower where the "
-                   "host's work is not hidden behind the wire (measured 1.14-1.24x per byte at 2.5 Gbit/s, 1.01-1.02x "
-                   "at 200 Mbit/s)")
+                   f"{cm.format_size(have[1])}) do not show and the model does not price: expect those two slower "
+                   "where the wire does not hide the host's work (measured 1.14-1.24x per byte at 2.5 Gbit/s, "
+                   "1.01-1.02x at 200 Mbit/s)")
     ps = [q for q in _values(p) if q >= 2]
     if f.p and ps:
         hi_p, lo_p = max(ps), min(ps)
