@@ -21,10 +21,12 @@ byte relative to its own at 16 MiB. commscope's cost models do not price the fir
 environment warns when it is used at 32 MiB or more beyond its records
 (``runners.measure.fit.plausibility.FRESH_MAPPING_BYTES``). ``--json`` prints one JSON object.
 
-Measured on the development VM, four quiet runs (``bench/results/bench_fresh_buffers.json``): a fresh buffer
-0.46-0.52 ns/B from 32 MiB on against 0.06-0.08 reused, 8-31 MiB fresh 0.05-0.08 (from the heap); at 4 nodes x
-2.5 Gbit/s all_gather took 1.14-1.24 times and reduce_scatter 1.01-1.21 times their 16 MiB seconds per byte at
-32-64 MiB, all_reduce 1.01-1.02, and an all_gather's CPU time went from 8.5-11.0 ms at 16 MiB to 34-44 ms at 32.
+Measured on the development VM, five quiet runs, one from a fresh clone (the first four in
+``bench/results/bench_fresh_buffers.json``): a fresh buffer 0.46-0.52 ns/B from 32 MiB on against 0.06-0.08
+reused, 8-31 MiB fresh 0.04-0.08 (from the heap); at 4 nodes x 2.5 Gbit/s all_gather took 1.14-1.25 times and
+reduce_scatter 1.01-1.21 times their 16 MiB seconds per byte at 32-64 MiB, all_reduce 1.01-1.02, and an
+all_gather's CPU time went from 8.5-13.4 ms at 16 MiB to 34-44 ms at 32. At 200 Mbit/s between 2 nodes the wire
+hides it: 1.01-1.02 for all three (two runs, ``slow_link_run``).
 """
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ def use_warnings(source: FitResult | cm.Environment | None, *, sizes: Any = None
                    "PyTorch's gloo all_gather and reduce_scatter map and first-touch a fresh buffer of the message's "
                    "size on every call (glibc's mmap threshold stops rising there), which this fit's records (up to "
                    f"{cm.format_size(have[1])}) do not show and the model does not price: expect those two slower "
-                   "where the wire does not hide the host's work (measured 1.14-1.24x per byte at 2.5 Gbit/s, "
+                   "where the wire does not hide the host's work (measured 1.14-1.25x per byte at 2.5 Gbit/s, "
                    "1.01-1.02x at 200 Mbit/s)")
     ps = [q for q in _values(p) if q >= 2]
     if f.p and ps:
