@@ -21,6 +21,18 @@ l = min(L, C_f) the cores communication takes while both run:
 * communication runs min(L, C) / l times slower than alone (alone it takes min(L, C); the fitted beta already
   holds that limit): **kappa_m = min(L, C) / l - 1**.
 
+**The compute a message's latency steps take (derived here).** Each latency step of a message also costs each rank
+CPU time of its own, whatever its bytes: a send and a receive, their system calls and wake-ups (s_step CPU seconds,
+fitted on the sweep's per-call CPU times, :mod:`runners.measure.fit.cpu`). All ``ranks`` ranks run the step at once,
+taking ranks x s_step core-seconds from the C cores that compute, where each rank's compute had C / ranks cores:
+each rank's compute loses
+
+    compute_loss_step = s_step x ranks / C
+
+seconds per step of a message that runs beside it (:mod:`costmodels.schedules.engine` spends it). On the shipped
+validation run (2 cores, 4 ranks; s_step 0.28 ms at 2.5 Gbit/s) that is 0.56 ms a step, 3.4 ms for a 6-step
+all-reduce, where MG-WFBP's iterations measured 3.6-4.4 ms more per message than prediction (a) priced.
+
 Compute is assumed to keep every core busy (ranks x compute threads >= C, as the validation's 4 ranks on 2
 cores do); on a host with idle cores the terms are upper bounds. On the shipped validation run (2 cores, 4
 ranks, c about 0.65 ns/B measured on the same host) this gives kappa_c = 0.03, 0.55 and 1.0 at 200 Mbit/s,
@@ -41,8 +53,8 @@ from .errors import CommscopeError
 @dataclass(frozen=True)
 class SharedHost:
     """A host whose cores run ranks and their communication: ``cores``, ``ranks`` on it, threads per rank that
-    compute and that communicate, and ``cpu_s_per_byte`` (c: CPU seconds per byte sent and received once), with
-    where c comes from."""
+    compute and that communicate, ``cpu_s_per_byte`` (c: CPU seconds per byte sent and received once), with
+    where c comes from, and ``cpu_s_per_step`` (s_step: CPU seconds per latency step of a message, 0: unknown)."""
 
     cores: float
     ranks: int
@@ -50,9 +62,10 @@ class SharedHost:
     compute_threads: int = 1
     comm_threads: int = 1
     source: str = ""
+    cpu_s_per_step: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("cores", "cpu_s_per_byte"):
+        for name in ("cores", "cpu_s_per_byte", "cpu_s_per_step"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (
                     name == "cores" and v == 0):
@@ -70,12 +83,13 @@ def communication_cores(env: Any, host: SharedHost) -> float:
 
 
 def cpu_sharing_terms(env: Any, host: SharedHost) -> dict[str, float]:
-    """``{kappa_c, kappa_m}`` of ranks sharing ``host``'s cores with their communication (module docstring), and
-    ``load_cores`` (L) and ``fair_cores`` (C_f) behind them."""
+    """``{kappa_c, kappa_m, compute_loss_step}`` of ranks sharing ``host``'s cores with their communication (module
+    docstring), and ``load_cores`` (L) and ``fair_cores`` (C_f) behind them."""
     load = communication_cores(env, host)
     cores = float(host.cores)
     fair = cores * host.comm_threads / (host.comm_threads + host.compute_threads)
     taken = min(load, fair)
     kappa_c = taken / (cores - taken) if taken > 0 else 0.0
     kappa_m = min(load, cores) / taken - 1.0 if taken > 0 else 0.0
-    return {"kappa_c": kappa_c, "kappa_m": max(kappa_m, 0.0), "load_cores": load, "fair_cores": fair}
+    return {"kappa_c": kappa_c, "kappa_m": max(kappa_m, 0.0), "load_cores": load, "fair_cores": fair,
+            "compute_loss_step": host.cpu_s_per_step * host.ranks / cores}

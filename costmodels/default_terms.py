@@ -26,10 +26,11 @@ class DefaultTerms:
     host_overhead: float
     sources: Mapping[str, str]
     contended_step: float = 0.0
+    compute_loss_step: float = 0.0
 
     def values(self) -> dict[str, float]:
         return {"kappa_c": self.kappa_c, "kappa_m": self.kappa_m, "host_overhead": self.host_overhead,
-                "contended_step": self.contended_step}
+                "contended_step": self.contended_step, "compute_loss_step": self.compute_loss_step}
 
 
 NO_STEP_GPU = "NCCL's kernels progress on the GPU whatever the host threads do: no contended step, 0"
@@ -58,6 +59,7 @@ GPU_NCCL = DefaultTerms(
                          "sweep timed blocking calls; a GPU's host runs ahead of its kernels and NCCL's model prices "
                          "device time, so neither holds there",
         "contended_step": NO_STEP_GPU,
+        "compute_loss_step": "NCCL's kernels take SMs, priced by kappa_c; no host thread per step: 0",
     })
 CPU_GLOO = DefaultTerms(
     "CPU ranks, gloo", kappa_c=0.0, kappa_m=0.0, host_overhead=0.0,
@@ -66,15 +68,17 @@ CPU_GLOO = DefaultTerms(
         "kappa_m": "not yet measured: 0",
         "host_overhead": "not yet measured: 0",
         "contended_step": "not measured on hosts with spare cores: 0",
+        "compute_loss_step": "no host given: its cores and the sweep's CPU per step unknown, 0",
     })
 OLDER_GPU_NCCL = DefaultTerms(
     "GPU ranks before A100, NCCL", 0.0, 0.0, 0.0,
     {"kappa_c": "arXiv:2507.03114 measured A100, H100, MI250 and MI210 only; no published value for older GPUs: 0",
      "kappa_m": GPU_NCCL.sources["kappa_m"], "host_overhead": GPU_NCCL.sources["host_overhead"],
-     "contended_step": NO_STEP_GPU})
+     "contended_step": NO_STEP_GPU, "compute_loss_step": GPU_NCCL.sources["compute_loss_step"]})
 NONE = DefaultTerms("no interference or overhead assumed (ideal, mpich)", 0.0, 0.0, 0.0,
                     {"kappa_c": "no default for this library", "kappa_m": "no default for this library",
-                     "host_overhead": "no default for this library", "contended_step": "no default for this library"})
+                     "host_overhead": "no default for this library", "contended_step": "no default for this library",
+                     "compute_loss_step": "no default for this library"})
 
 
 def shared_cores_entry(env: Any, host: SharedHost) -> DefaultTerms:
@@ -85,9 +89,13 @@ def shared_cores_entry(env: Any, host: SharedHost) -> DefaultTerms:
            f"{t['load_cores']:.2f} cores busy communicating at the link's rate (c = {host.cpu_s_per_byte * 1e9:.3g} "
            f"ns/B{'; ' + host.source if host.source else ''}; gamma = {env.gamma:.3g} s/B), of a fair share of "
            f"{t['fair_cores']:.2f}")
+    loss = (f"derived (costmodels.cpu_sharing): {host.ranks} ranks on {host.cores:g} cores, each step "
+            f"{host.cpu_s_per_step * 1e3:.3g} ms of CPU per rank (the sweep's fit), x ranks / cores"
+            if host.cpu_s_per_step > 0 else "the sweep's CPU per step unknown: 0")
     return DefaultTerms("CPU ranks, gloo, sharing cores with their network", t["kappa_c"], t["kappa_m"], 0.0,
                         {"kappa_c": why, "kappa_m": why, "host_overhead": CPU_GLOO.sources["host_overhead"],
-                         "contended_step": SHARED_STEP})
+                         "contended_step": SHARED_STEP, "compute_loss_step": loss},
+                        compute_loss_step=t["compute_loss_step"])
 
 
 def default_entry(env: Any, host: SharedHost | None = None) -> DefaultTerms:
@@ -104,6 +112,6 @@ def default_entry(env: Any, host: SharedHost | None = None) -> DefaultTerms:
 
 
 def default_terms(env: Any, host: SharedHost | None = None) -> dict[str, float]:
-    """``{kappa_c, kappa_m, host_overhead, contended_step}`` that commscope ships for ``env``'s kind of system (and
-    ``host``)."""
+    """``{kappa_c, kappa_m, host_overhead, contended_step, compute_loss_step}`` that commscope ships for ``env``'s
+    kind of system (and ``host``)."""
     return default_entry(env, host).values()

@@ -28,7 +28,10 @@ And what overlap and dispatch cost on the hosts (issue 16; :mod:`costmodels.sche
   distinct from the network's alpha;
 * ``contended_step``: the least time one latency step of a message takes while compute runs beside it
   (CPU ranks sharing their cores: the communication thread waits for a core at every step), so that a
-  message of S steps takes at least S x contended_step beside compute (:mod:`costmodels.schedules.engine`).
+  message of S steps takes at least S x contended_step beside compute (:mod:`costmodels.schedules.engine`);
+* ``compute_loss_step``: the compute seconds a rank loses per latency step of a message that runs beside its
+  compute (CPU ranks sharing their cores: the communication's own CPU work per step, times ranks per core), so
+  that a message of S steps beside compute takes S x compute_loss_step from it (:mod:`costmodels.schedules.engine`).
 
 And ``burst_bytes``: the token bucket of a shaped (inter-node, or only) link, such as the emulator's
 ``tc tbf``: after idle time up to that many bytes pass at the host's speed, which hides the latency of
@@ -66,6 +69,7 @@ TERMS = {  # interference and per-message host overhead (issue 16): what each is
     "kappa_m": "communication slowdown while compute runs, dimensionless",
     "host_overhead": "seconds of the issuing thread per message, LogP's o",
     "contended_step": "least seconds per latency step of a message while compute runs",
+    "compute_loss_step": "compute seconds lost per latency step of a message beside compute",
 }
 
 
@@ -117,6 +121,7 @@ class Environment:
             collective is in flight, communication by 1 + kappa_m while compute runs.
         host_overhead: seconds per message on the thread that issues it (LogP's o, >= 0).
         contended_step: least seconds per latency step of a message while compute runs (>= 0; 0: none).
+        compute_loss_step: compute seconds a rank loses per latency step of a message beside it (>= 0; 0: none).
         burst_bytes: token bucket of the shaped inter-node (or only) link, bytes (>= 0; 0: no bucket).
         primitive_factors: ``((primitive, alpha factor, beta factor), ...)``: the link as that primitive's code
             path sees it, on both levels (a mapping ``{primitive: {"alpha": a, "beta": b}}`` is accepted too;
@@ -145,6 +150,7 @@ class Environment:
     kappa_m: float = 0.0
     host_overhead: float = 0.0
     contended_step: float = 0.0
+    compute_loss_step: float = 0.0
     burst_bytes: float = 0.0
     primitive_factors: tuple[tuple[str, float, float], ...] = ()
     name: str = "custom"
@@ -313,6 +319,8 @@ class Environment:
                   f"o={self.host_overhead * 1e6:.3g} us")
             if self.contended_step > 0:
                 s += f", contended step {self.contended_step * 1e3:.3g} ms"
+            if self.compute_loss_step > 0:
+                s += f", compute lost {self.compute_loss_step * 1e3:.3g} ms per step"
         if self.burst_bytes > 0:
             s += f"; token bucket {self.burst_bytes:,.0f} B"
         if self.primitive_factors:

@@ -24,7 +24,7 @@ from .environment import TERMS, Environment
 from .errors import CommscopeError
 
 FIELDS = ("alpha", "beta", "gamma", "intra_alpha", "intra_beta", "gpus_per_node", "nics_per_node", "kappa_c", "kappa_m",
-          "host_overhead", "contended_step", "burst_bytes")
+          "host_overhead", "contended_step", "compute_loss_step", "burst_bytes")
 DEFAULTED = (*TERMS, "burst_bytes")  # fields that default to 0 in every entry
 DESCRIPTORS = ("library", "link", "intra_link", "compute_capability", "oversubscription", "nodes_per_leaf",
                "rail_optimized", "sharp", "nvls", "primitive_factors")
@@ -49,7 +49,8 @@ class EnvironmentArray:
     Build one with :meth:`of` (a list of environments) or :meth:`grid` (one environment with its
     inter-node alpha and/or beta swept over an outer product); ``names`` labels each entry;
     ``descriptors`` holds the fields that are not numbers, the same for every entry. ``kappa_c``,
-    ``kappa_m``, ``host_overhead`` and ``contended_step`` (issue 16) and ``burst_bytes`` default to 0 in every entry.
+    ``kappa_m``, ``host_overhead``, ``contended_step`` and ``compute_loss_step`` (issue 16) and ``burst_bytes``
+    default to 0 in every entry.
     """
 
     alpha: np.ndarray
@@ -65,6 +66,7 @@ class EnvironmentArray:
     kappa_m: Any = 0.0
     host_overhead: Any = 0.0
     contended_step: Any = 0.0
+    compute_loss_step: Any = 0.0
     burst_bytes: Any = 0.0
 
     two_level = True  # read by the collective models: always the two-link path (see module doc)
@@ -101,7 +103,7 @@ class EnvironmentArray:
     @property
     def has_terms(self) -> np.ndarray:
         """Boolean array of ``shape``: where interference or host overhead is on (see ``Environment.has_terms``)."""
-        return (self.kappa_c > 0) | (self.kappa_m > 0) | (self.host_overhead > 0) | (self.contended_step > 0)
+        return np.logical_or.reduce([np.asarray(getattr(self, k)) > 0 for k in TERMS])
 
     @property
     def uniform(self) -> bool:

@@ -60,7 +60,12 @@ def test_defaults_under_gloo_come_from_the_host_when_it_is_known() -> None:
     host = SharedHost(cores=2, ranks=4, cpu_s_per_byte=1e-9, source="test host")
     entry = default_entry(env, host)
     assert entry.values() == pytest.approx({"kappa_c": 1.0, "kappa_m": 1.0, "host_overhead": 0.0,
-                                            "contended_step": 0.0})
+                                            "contended_step": 0.0, "compute_loss_step": 0.0})
+    # with the sweep's CPU per step, 0.3 ms per rank: each of the 4 ranks on 2 cores loses 0.3 x 4 / 2 = 0.6 ms of
+    # compute per latency step of a message beside it
+    stepped = default_entry(env, SharedHost(cores=2, ranks=4, cpu_s_per_byte=1e-9, cpu_s_per_step=3e-4))
+    assert stepped.compute_loss_step == pytest.approx(6e-4, rel=1e-12)
+    assert "0.3 ms of CPU per rank" in stepped.sources["compute_loss_step"]
     # measured (4-11 ms per step in a backward), and why it is not a default
     assert "bench_overlap" in entry.sources["contended_step"] and "4-11 ms" in entry.sources["contended_step"]
     assert "costmodels.cpu_sharing" in entry.sources["kappa_c"] and "test host" in entry.sources["kappa_c"]

@@ -34,10 +34,12 @@ def random_profile(rng: np.random.Generator, n: int = 20, optimizer: float = 0.0
 
 
 def grid_envs() -> list[cm.Environment]:
-    """Terms off, all on, interference only, host overhead only, a contended step (gloo: whose steps are alpha's)."""
+    """Terms off, all on, interference only, host overhead only, a contended step (gloo: whose steps are alpha's),
+    and the compute a message's steps take."""
     return [cm.environment("10GbE"), cm.environment("10GbE").with_(kappa_c=0.2, kappa_m=0.1, host_overhead=1e-5),
             cm.environment("1GbE").with_(kappa_c=0.7, kappa_m=0.0), cm.environment("IB-EDR").with_(host_overhead=3e-5),
-            cm.environment("10GbE").with_(library="gloo", kappa_m=0.3, contended_step=2e-4)]
+            cm.environment("10GbE").with_(library="gloo", kappa_m=0.3, contended_step=2e-4),
+            cm.environment("10GbE").with_(library="gloo", kappa_c=0.1, compute_loss_step=3e-4)]
 
 
 @pytest.mark.parametrize("schedule", cm.schedules())
@@ -65,7 +67,8 @@ def test_bytescheduler_intervals_equal_the_reference_loop_on_random_models(monke
         envs = [cm.Environment(alpha=float(rng.uniform(1e-6, 1e-3)), beta=float(rng.uniform(1e-10, 3e-9)),
                                kappa_c=float(rng.uniform(0, 1.5)), kappa_m=float(rng.uniform(0, 1.5)),
                                host_overhead=float(rng.choice([0, rng.uniform(0, 1e-4)])),
-                               contended_step=float(rng.choice([0, rng.uniform(0, 2e-3)]))) for _ in range(3)]
+                               contended_step=float(rng.choice([0, rng.uniform(0, 2e-3)])),
+                               compute_loss_step=float(rng.choice([0, rng.uniform(0, 1e-3)]))) for _ in range(3)]
         part = float(rng.choice([2**20, 2**21, 3e6]))
         options = {"partition_bytes": part, "credit_bytes": part * float(rng.choice([1, 1.5, 2, 4]))}
         cfg = configurations(prof, envs)

@@ -45,7 +45,7 @@ from ..messages import WIRE, Comm, Wire
 from ..profiles import DTYPE_BYTES, ModelProfile
 from ..registry import Registry
 from ..timeline import Event, Timeline
-from .contended import contended_floor
+from .contended import compute_loss, contended_floor
 
 # symbols of the closed forms
 F, B, C = sp.symbols("F B C", nonnegative=True)  # forward, backward, sum of communication times
@@ -180,6 +180,11 @@ class Configurations:
     def contended_floor(self, comm: Comm, sizes: Any) -> Any:
         """The least time beside compute of each message ``comm`` prices, (C, m) (:mod:`.contended`)."""
         return contended_floor(comm, self.p, self.env, sizes)
+
+    def compute_loss(self, comm: Comm, sizes: Any) -> Any:
+        """The compute seconds each message ``comm`` prices takes from the compute beside it, (C, m)
+        (:mod:`.contended`)."""
+        return compute_loss(comm, self.p, self.env, sizes)
 
     @cached_property
     def nbytes(self) -> np.ndarray:

@@ -53,6 +53,26 @@ a rate like the others (a message entirely beside compute takes max(work (1 + ka
 runs partly alone takes the matching share of each); at floor = 0 it is the rule above. Floored tasks are
 not joined by ``freeze(merge=True)``: their ratios may differ, so their joint matters.
 
+**The compute a message takes (derived here).** On CPU ranks the communication's own CPU work runs on the cores
+that compute (gloo's threads: a system call, a wake-up and a copy per step). A COMM task may carry a ``loss``:
+the compute seconds it takes from the compute beside it over its whole run, S x ``compute_loss_step`` for a
+message of S latency steps (:mod:`.contended`). It is spent at the pace of the message's progress: with
+theta_i = loss_i / work_i and the message slowed by s_i, the compute beside it loses theta_i / s_i of its rate,
+so over the message it loses loss_i whatever the slowdown. The scheduler gives a thread that wakes to
+communicate at most a fair share of a core against one computing thread (Linux CFS), so compute keeps at least
+1 - PHI of its rate, PHI = 1/2, and a message whose loss would take more is slowed until it does not::
+
+    s_i = max(1 + kappa_m, floor_i / work_i, theta_i / PHI)   (beside compute)
+    compute slowdown = (1 + kappa_c) / (1 - phi),   phi = min(PHI, sum_i theta_i / s_i)
+
+So a message beside compute takes loss_i from it in every case, and one that runs alone takes nothing.
+
+Only a message that meets an idle link takes compute: one that starts later than the instant the task before it on
+its stream ended (it waited for its own dependency, its issue, with the link free), or the first on its stream. A
+message queued behind another (it starts at the instant the one before it left the link) takes none: its thread is
+already awake and running the stream of messages, where a message on an idle link wakes it (Linux CFS preempts a
+computing thread for a woken one). At loss = 0 the rule is the one above.
+
 :func:`run_many` advances C configurations in lock-step (one event per configuration per step, arrays
 of shape (streams, C)); :func:`run_one` is the same recurrence in plain Python for one configuration,
 recording each task's start and end for the timeline.
@@ -71,6 +91,7 @@ from ..errors import CommscopeError
 from ..timeline import Event
 
 HOST, COMPUTE, COMM = 0, 1, 2
+PHI = 0.5  # the most of a computing thread's rate that a communicating one takes (module docstring)
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,6 +113,7 @@ class Frozen:
     labels: tuple[tuple[str, str], ...]
     nbytes: np.ndarray
     ratio: np.ndarray | None  # (T + 1, C): floor / work of each COMM task, the slowdown it is held to; None: none
+    lost: np.ndarray | None = None  # (T + 1, C): loss / work of each COMM task, theta (module docstring); None: none
 
     @property
     def floored(self) -> bool:
@@ -116,7 +138,7 @@ class Graph:
         self.configs = configs
         self.streams: list[str] = []
         self._parts: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list, np.ndarray,
-                                np.ndarray]] = []
+                                np.ndarray | None, np.ndarray | None]] = []
         self._count = 0
 
     @property
@@ -126,10 +148,11 @@ class Graph:
 
     def add(self, stream: str, kind: int, work: Any, key: Any, dep: Any = -1,
             labels: Sequence[tuple[str, str]] | tuple[str, str] = ("", ""), nbytes: Any = 0.0,
-            floor: Any = 0.0) -> np.ndarray:
+            floor: Any = 0.0, loss: Any = 0.0) -> np.ndarray:
         """Add n tasks to ``stream``: ``work`` of shape (n,), (C, n) or a scalar, ``key`` (n,) their places on
         the stream, ``dep`` (n,) the ids of the tasks they wait for (-1: none), ``floor`` (COMM tasks; shaped as
-        ``work``) the least time each takes while compute runs. Returns their ids."""
+        ``work``) the least time each takes while compute runs, ``loss`` (likewise) the compute seconds each takes
+        from the compute beside it. Returns their ids."""
         key = np.atleast_1d(np.asarray(key, dtype=float))
         n = len(key)
         work = np.broadcast_to(np.asarray(work, dtype=float), (self.configs, n)).T
@@ -140,13 +163,20 @@ class Graph:
                 raise CommscopeError("internal error: only a message (COMM task) has a contended floor")
             floor = np.broadcast_to(floor, (self.configs, n)).T
             ratio = np.divide(floor, work, out=np.zeros_like(floor), where=work > 0)
+        loss = np.asarray(loss, dtype=float)
+        lost = None
+        if loss.any():
+            if kind != COMM:
+                raise CommscopeError("internal error: only a message (COMM task) takes compute from beside it")
+            loss = np.broadcast_to(loss, (self.configs, n)).T
+            lost = np.divide(loss, work, out=np.zeros_like(loss), where=work > 0)
         dep = np.broadcast_to(np.asarray(dep, dtype=np.int64), (n,))
         labels = [labels] * n if isinstance(labels, tuple) else list(labels)
         if stream not in self.streams:
             self.streams.append(stream)
         ids = np.arange(self._count, self._count + n)
         self._parts.append((self.streams.index(stream), kind, key, work, dep,
-                            np.broadcast_to(np.asarray(nbytes, dtype=float), (n,)), labels, ids, ratio))
+                            np.broadcast_to(np.asarray(nbytes, dtype=float), (n,)), labels, ids, ratio, lost))
         self._count += n
         return ids
 
@@ -166,10 +196,13 @@ class Graph:
         work = np.empty((len(order), self.configs))
         floored = any(p[8] is not None for p in self._parts)
         ratio = np.zeros((len(order), self.configs)) if floored else None
+        lost = np.zeros((len(order), self.configs)) if any(p[9] is not None for p in self._parts) else None
         for p in self._parts:
             work[inv[p[7]]] = p[3]
             if p[8] is not None:
                 ratio[inv[p[7]]] = p[8]
+            if p[9] is not None:
+                lost[inv[p[7]]] = p[9]
         stream, kind, nbytes = stream[order], kind[order], np.concatenate([p[5] for p in self._parts])[order]
         dep = np.where(dep[order] >= 0, inv[np.maximum(dep[order], 0)], -1)
         labels = [labels[i] for i in order]
@@ -185,15 +218,17 @@ class Graph:
                 dep = np.where(dep >= 0, new[np.maximum(dep, 0)], -1)
                 stream, kind, work, nbytes = stream[keep], kind[keep], work[keep], nbytes[keep]
                 ratio = None if ratio is None else ratio[keep]
+                lost = None if lost is None else lost[keep]
                 labels = [lab for lab, k in zip(labels, keep, strict=True) if k]
             # within a run only the last task can be waited for, so waits move to the merged task
             waited = np.zeros(len(stream), dtype=bool)
             waited[dep[dep >= 0]] = True
             joint = np.zeros(len(stream), dtype=bool)  # task i joins task i - 1
             joint[1:] = (stream[1:] == stream[:-1]) & (kind[1:] == kind[:-1]) & (dep[1:] < 0) & ~waited[:-1]
-            if ratio is not None:  # floored messages keep their own ratios
-                held = ratio.any(axis=1)
-                joint[1:] &= ~held[1:] & ~held[:-1]
+            for own in (ratio, lost):  # floored messages, and those that take compute, keep their own ratios
+                if own is not None:
+                    held = own.any(axis=1)
+                    joint[1:] &= ~held[1:] & ~held[:-1]
             if joint.any():
                 heads = np.flatnonzero(~joint)
                 new = np.cumsum(~joint) - 1
@@ -203,6 +238,7 @@ class Graph:
                     merged[j] = work[heads[j]:ends[j]].sum(axis=0)
                 work, nbytes = merged, np.add.reduceat(nbytes, heads)
                 ratio = None if ratio is None else ratio[heads]
+                lost = None if lost is None else lost[heads]
                 dep = np.where(dep[heads] >= 0, new[np.maximum(dep[heads], 0)], -1)
                 stream, kind, labels = stream[heads], kind[heads], [labels[i] for i in heads]
         off = np.searchsorted(stream, np.arange(len(self.streams) + 1))
@@ -210,7 +246,8 @@ class Graph:
         return Frozen(tuple(self.streams), np.append(stream, -1), np.append(kind, HOST), np.append(dep, -1),
                       np.append(dep_stream, 0), np.concatenate([work, np.zeros((1, self.configs))]), off,
                       (*labels, ("", "")), np.append(nbytes, 0.0),
-                      None if ratio is None else np.concatenate([ratio, np.zeros((1, self.configs))]))
+                      None if ratio is None else np.concatenate([ratio, np.zeros((1, self.configs))]),
+                      None if lost is None else np.concatenate([lost, np.zeros((1, self.configs))]))
 
 
 def chain(g: Frozen) -> list[int] | None:
@@ -261,6 +298,11 @@ def run_many(g: Frozen, kappa_c: np.ndarray, kappa_m: np.ndarray) -> np.ndarray:
     at, waits, comp_k, comm_k = dep_at[pos] + cols, dep[pos], is_comp[pos], is_comm[pos]
     ratios = g.ratio.reshape(-1) if g.ratio is not None else None
     held = None if ratios is None else np.take(ratios, pos * c + cols)  # the current message's floor / work
+    losts = g.lost.reshape(-1) if g.lost is not None else None
+    owed = None if losts is None else np.take(losts, pos * c + cols)  # the current message's loss / work
+    taking = None if owed is None else owed.copy()  # what it takes: owed, or 0 if it started behind another
+    freed = np.full(pos.shape, -np.inf)  # when the task before the current one ended (none: -inf)
+    fresh = np.ones(pos.shape, dtype=bool)  # the current task has not started
     flat = [x.reshape(-1) for x in (pos, rem, at, waits, comp_k, comm_k)]
     col_of = np.tile(cols, len(first))
     one = np.ones((1, c))
@@ -269,8 +311,16 @@ def run_many(g: Frozen, kappa_c: np.ndarray, kappa_m: np.ndarray) -> np.ndarray:
         run = np.take(flat[0], at) > waits  # no dependency: waits = -1 < pos
         comp, comm = run & comp_k, run & comm_k
         busy = comp.any(axis=0)
+        if taking is not None:  # a message starting now meets an idle link iff the link fell free before now
+            starting = run & fresh
+            taking = np.where(starting, np.where(t > freed, owed, 0.0), taking)
+            fresh &= ~starting
         comm_slow = 1.0 + km * busy if held is None else np.maximum(1.0 + km * busy, held * busy)
-        slow = np.where(comp, 1.0 + kc * comm.any(axis=0), np.where(comm, comm_slow, one))
+        comp_slow = 1.0 + kc * comm.any(axis=0)
+        if taking is not None:
+            comm_slow = np.maximum(comm_slow, taking * (busy / PHI))
+            comp_slow = comp_slow / (1.0 - np.minimum(np.where(comm, taking / comm_slow, 0.0).sum(axis=0), PHI))
+        slow = np.where(comp, comp_slow, np.where(comm, comm_slow, one))
         need = np.where(run, rem * slow, np.inf)
         dt = need.min(axis=0)
         if not np.isfinite(dt).all():
@@ -291,14 +341,20 @@ def run_many(g: Frozen, kappa_c: np.ndarray, kappa_m: np.ndarray) -> np.ndarray:
             is_comm[ended]
         if held is not None:
             held.reshape(-1)[fin] = ratios[ended * c + col]
+        if taking is not None:
+            owed.reshape(-1)[fin] = losts[ended * c + col]
+            freed.reshape(-1)[fin], fresh.reshape(-1)[fin] = t[col], True
 
 
 def run_one(g: Frozen, kappa_c: float, kappa_m: float, row: int = 0) -> tuple[float, list[float], list[float]]:
     """:func:`run_many` for one configuration in plain Python: (end, start of each task, end of each task)."""
     work, kind, dep, dstream = g.work[:, row].tolist(), g.kind.tolist(), g.dep.tolist(), g.dep_stream.tolist()
     ratio = g.ratio[:, row].tolist() if g.ratio is not None else [0.0] * len(work)
+    lost = g.lost[:, row].tolist() if g.lost is not None else [0.0] * len(work)
     stop = g.off[1:].tolist()
     pos = g.off[:-1].tolist()
+    taking = [0.0] * len(pos)  # what the current message takes (set when it starts)
+    freed = [-math.inf] * len(pos)  # when the task before the current one ended
     streams = range(len(pos))
     rem = [work[pos[s]] if pos[s] < stop[s] else 0.0 for s in streams]
     starts, ends = [math.nan] * g.tasks, [math.nan] * g.tasks
@@ -309,19 +365,24 @@ def run_one(g: Frozen, kappa_c: float, kappa_m: float, row: int = 0) -> tuple[fl
             raise CommscopeError("internal error: a schedule's task graph waits on itself")
         comp = any(kind[pos[s]] == COMPUTE for s in run)
         comm = any(kind[pos[s]] == COMM for s in run)
-        slow = {s: 1.0 + kappa_c * comm if kind[pos[s]] == COMPUTE else
-                max(1.0 + kappa_m * comp, ratio[pos[s]] * comp) if kind[pos[s]] == COMM else 1.0 for s in run}
-        need = {s: rem[s] * slow[s] for s in run}
-        dt = min(need.values())
         for s in run:
             if math.isnan(starts[pos[s]]):
                 starts[pos[s]] = t
+                taking[s] = lost[pos[s]] if t > freed[s] else 0.0  # it meets an idle link
+        slow = {s: max(1.0 + kappa_m * comp, ratio[pos[s]] * comp, taking[s] * comp / PHI) for s in run
+                if kind[pos[s]] == COMM}
+        phi = min(sum(taking[s] / slow[s] for s in slow), PHI)
+        slow.update({s: (1.0 + kappa_c * comm) / (1.0 - phi) if kind[pos[s]] == COMPUTE else 1.0 for s in run
+                     if kind[pos[s]] != COMM})
+        need = {s: rem[s] * slow[s] for s in run}
+        dt = min(need.values())
         t = t + dt
         for s in run:
             if need[s] <= dt:
                 ends[pos[s]] = t
                 pos[s] += 1
                 rem[s] = work[pos[s]] if pos[s] < stop[s] else 0.0
+                freed[s] = t
             else:
                 rem[s] = max(rem[s] - dt / slow[s], 0.0)
     return t, starts, ends

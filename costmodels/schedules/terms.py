@@ -118,14 +118,15 @@ def passes_before_step(g: Graph, cfg: Configurations, passes: float, dep: Any, l
 
 def messages_in_order(cfg: Configurations, groups: list[list[int]], times: np.ndarray, record: bool,
                       kind: str = "allreduce", after_backward: bool = False, copy_in: Any = 0.0,
-                      passes_after: float = 0.0, after_label: str = "", floor: Any = 0.0,
+                      passes_after: float = 0.0, after_label: str = "", floor: Any = 0.0, loss: Any = 0.0,
                       **details: Any) -> TermsRun:
     """Messages of ``groups`` (backward order) on one link, each issued (o on the compute stream) after the
     backward of its last gradient, or all after backward (``after_backward``: BSP); then the optimizer step.
     ``copy_in`` (a number, or one per group): memory passes over a group's bytes its issue makes (copying the
     gradients into a flat buffer); ``passes_after``: passes over all gradient bytes before the step
     (``after_label`` names them); ``floor``: each message's least time beside compute
-    (:meth:`Configurations.contended_floor`)."""
+    (:meth:`Configurations.contended_floor`); ``loss``: the compute each takes from beside it
+    (:meth:`Configurations.compute_loss`)."""
     prof = cfg.prof
     n, names = len(prof), [x.name for x in prof.layers]
     g = Graph(len(cfg.p))
@@ -136,7 +137,7 @@ def messages_in_order(cfg: Configurations, groups: list[list[int]], times: np.nd
     issue = g.add("compute", HOST, cfg.overhead + cfg.pass_time * np.asarray(copy_in, float) * sizes, keys,
                   labels=[("issue", group_label(names, x)) for x in groups])
     sent = g.add("comm", COMM, times, np.arange(len(groups)), dep=issue,
-                 labels=[(kind, group_label(names, x)) for x in groups], nbytes=sizes, floor=floor)
+                 labels=[(kind, group_label(names, x)) for x in groups], nbytes=sizes, floor=floor, loss=loss)
     if passes_after:
         passes_before_step(g, cfg, passes_after, sent[-1], after_label)
     g.add("compute", COMPUTE, prof.optimizer_s, KEY_END, dep=sent[-1], labels=("optimizer", "step"))
@@ -152,7 +153,7 @@ def _per_tensor(cfg: Configurations, collective: str | None, record: bool, param
     times = chain_prices(comm, sizes)
     return messages_in_order(cfg, groups, times, record, after_backward=after_backward, passes_after=1.0,
                              after_label="gradients averaged",
-                             floor=cfg.contended_floor(comm, sizes),
+                             floor=cfg.contended_floor(comm, sizes), loss=cfg.compute_loss(comm, sizes),
                              messages=n if int(cfg.p.max()) > 1 else 0)
 
 
@@ -174,7 +175,7 @@ def _bsp(cfg: Configurations, collective: str | None, record: bool, *, flatten: 
     g.add("compute", HOST, cfg.overhead + (cfg.pass_time * sizes if flatten else 0.0), 2.0 * n + j,
           dep=np.where(j > 0, sent - 1, -1), labels=[("issue", x) for x in label])
     g.add("comm", COMM, times, j, dep=sent - len(groups), labels=[("allreduce", x) for x in label], nbytes=sizes[0],
-          floor=cfg.contended_floor(comm, sizes))
+          floor=cfg.contended_floor(comm, sizes), loss=cfg.compute_loss(comm, sizes))
     passes_before_step(g, cfg, 2.0 if flatten else 1.0, sent[-1],
                        "flat buffer to gradients, averaged" if flatten else "gradients averaged")
     g.add("compute", COMPUTE, prof.optimizer_s, KEY_END, dep=sent[-1], labels=("optimizer", "step"))
@@ -195,7 +196,8 @@ def _fusion(cfg: Configurations, collective: str | None, record: bool, *, bucket
     times = chained_prices(comm, sizes)
     run = messages_in_order(cfg, groups, times, record, copy_in=1.0, passes_after=1.0,
                             after_label="buckets to gradients", buckets=len(groups),
-                            floor=chained_prices(lambda x: cfg.contended_floor(comm, x), sizes))
+                            floor=chained_prices(lambda x: cfg.contended_floor(comm, x), sizes),
+                            loss=chained_prices(lambda x: cfg.compute_loss(comm, x), sizes))
     return before_forward(run, cfg.prof, buffer_prices(cfg.prof, cfg.env, cfg.p, collective, broadcast_buffers))
 
 
@@ -224,6 +226,7 @@ def _mgwfbp(cfg: Configurations, collective: str | None, record: bool, **params:
     close, size = close[:, back], size[:, back]  # backward order
     times = np.where(close, chain_prices(comm, size, sent=close), 0.0)
     floor = np.where(close, cfg.contended_floor(comm, size), 0.0)
+    loss = np.where(close, cfg.compute_loss(comm, size), 0.0)
     g = Graph(len(cfg.p))
     compute_stream(g, cfg)
     groups, cur = {}, []  # the first configuration's groups, by the position of their message (timeline labels)
@@ -239,7 +242,7 @@ def _mgwfbp(cfg: Configurations, collective: str | None, record: bool, **params:
     copied = np.where(members > 1, size, 0.0)
     issue = g.add("compute", HOST, np.where(close, cfg.overhead, 0.0) + cfg.pass_time * copied,
                   [after(i, n) for i in back], labels=[("issue", x) if x else ("", "") for x in label])
-    sent = g.add("comm", COMM, times, np.arange(n), dep=issue, nbytes=size[0], floor=floor,
+    sent = g.add("comm", COMM, times, np.arange(n), dep=issue, nbytes=size[0], floor=floor, loss=loss,
                  labels=[("allreduce", x) if x else ("", "") for x in label])
     passes_before_step(g, cfg, 1.0, sent[-1], "gradients averaged")
     g.add("compute", COMPUTE, prof.optimizer_s, KEY_END, dep=sent[-1], labels=("optimizer", "step"))
@@ -253,6 +256,7 @@ def _ps(cfg: Configurations, collective: str | None, record: bool, *, k: int | N
     layer_of, size_of, ps_params = _ps_plan(cfg.nbytes, collective, k, partition_bytes, params)
     comm = cfg.comm("allreduce", "parameter_server", ps_params)
     half, half_floor = comm(size_of[None, :]) / 2, cfg.contended_floor(comm, size_of[None, :]) / 2
+    half_loss = cfg.compute_loss(comm, size_of[None, :]) / 2
     names = [x.name for x in cfg.prof.layers]
     g = Graph(len(cfg.p))
     bwd = compute_stream(g, cfg)
@@ -263,11 +267,11 @@ def _ps(cfg: Configurations, collective: str | None, record: bool, *, k: int | N
     push_issue = g.add("push thread", HOST, cfg.overhead, j, dep=bwd[layer_of],
                        labels=[("issue", x) for x in lab]) if threads else bwd[layer_of]
     push = g.add("comm", COMM, half, j, dep=push_issue, labels=[("push", x) for x in lab], nbytes=size_of,
-                 floor=half_floor)
+                 floor=half_floor, loss=half_loss)
     pull_issue = g.add("pull thread", HOST, cfg.overhead, j, dep=push, labels=[("issue", x) for x in lab]) \
         if threads else push
     pull = g.add("pull", COMM, half, j, dep=pull_issue, labels=[("pull", x) for x in lab], nbytes=size_of,
-                 floor=half_floor)
+                 floor=half_floor, loss=half_loss)
     g.add("compute", COMPUTE, cfg.prof.optimizer_s, KEY_END, dep=pull[-1], labels=("optimizer", "step"))
     return run_graph(g, cfg, record, cfg.prof.optimizer_s, servers=int(cfg.p.max()) if k is None else k,
                      partitions=len(size_of))

@@ -25,7 +25,10 @@ over ``ITERATIONS`` iterations as ``overlap._bytescheduler`` does, all configura
 
 Rates as in the engine: compute slows by 1 + kappa_c while a batch is on the link, the batch by
 max(1 + kappa_m, its contended floor / its transfer) while compute runs (the batch's floor: the sum of its
-partitions' S x contended_step, :meth:`.core.Configurations.contended_floor`). The period is the time
+partitions' S x contended_step, :meth:`.core.Configurations.contended_floor`); a batch whose partitions take
+compute (S x compute_loss_step each, :meth:`.core.Configurations.compute_loss`) takes it as the engine's
+messages do (theta = the batch's loss over its transfer), and only where it meets an idle link: a batch chosen
+at the instant the link fell free, its partitions already waiting, takes none. The period is the time
 between the forward starts of the last two iterations, as without these terms.
 """
 
@@ -39,6 +42,7 @@ from ..errors import CommscopeError
 from ..timeline import Event
 from .blocks import _bytes_option, chain_prices, negotiation_time, partitions
 from .core import TERMS, Configurations, TermsRun
+from .engine import PHI
 from .overlap import ITERATIONS
 from .terms_bytescheduler_fast import integral, periods
 
@@ -57,6 +61,7 @@ def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partit
     comm = cfg.comm("allreduce", collective, params)
     price = np.broadcast_to(chain_prices(comm, size_of[None, :]), (c, len(size_of)))  # overlap.py: chain
     floor = np.broadcast_to(cfg.contended_floor(comm, size_of[None, :]), (c, len(size_of)))
+    loss = np.broadcast_to(cfg.compute_loss(comm, size_of[None, :]), (c, len(size_of)))
     o = cfg.overhead[:, 0]
     neg = np.broadcast_to(negotiation_time(cfg.p, cfg.env, len(size_of), negotiation), (c, 1))[:, 0]
     kc, km = cfg.env.kappa_c.reshape(-1), cfg.env.kappa_m.reshape(-1)
@@ -71,7 +76,7 @@ def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partit
                "host_overhead_s": o * len(size_of), "negotiation_s": neg,
                "optimizer_s": np.where(alone, prof.optimizer_s, opt.sum())}
     if not record and integral(size_of, credit):  # the same recurrence with the queue as intervals
-        starts = periods(work, n, ITERATIONS, layer_of, size_of, price, o, kc, km, credit, neg, floor)
+        starts = periods(work, n, ITERATIONS, layer_of, size_of, price, o, kc, km, credit, neg, floor, loss)
         period = np.maximum(starts[:, -1] - starts[:, -2], prof.compute_s + opt.sum())
         return TermsRun(np.where(alone, prof.compute_s + prof.optimizer_s, period), None, details)
     bwd_at = n + (n - 1 - layer_of)  # place of each partition's backward within an iteration
@@ -83,6 +88,8 @@ def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partit
     busy, batch = np.zeros(c, dtype=bool), np.zeros((c, len(size_of)), dtype=bool)
     host, wire = np.zeros(c), np.zeros(c)  # the batch's issuing and transfer work left
     held = np.zeros(c)  # the batch's contended floor over its transfer (engine: the slowdown it is held to)
+    taking = np.zeros(c)  # the compute the batch takes over its transfer (engine: theta)
+    freed = np.full(c, -np.inf)  # when the link last fell free: a batch chosen later meets an idle link
     starts, t = np.full((c, ITERATIONS), np.nan), np.zeros(c)
     evs: list[Event] = []
     c_start, l_start = np.full(c, np.nan), np.zeros(c)
@@ -108,9 +115,11 @@ def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partit
             host[i], wire[i] = o[i] * take.sum(axis=1) + neg[i], np.where(take, price[i], 0.0).sum(axis=1)
             bf = np.where(take, floor[i], 0.0).sum(axis=1)
             held[i] = np.divide(bf, wire[i], out=np.zeros_like(bf), where=wire[i] > 0)
+            bl = np.where(take, loss[i], 0.0).sum(axis=1) * (t[i] > freed[i])
+            taking[i] = np.divide(bl, wire[i], out=np.zeros_like(bl), where=wire[i] > 0)
         on_wire = busy & (host <= 0)
-        c_slow = 1.0 + kc * on_wire
-        l_slow = np.where(on_wire, np.maximum(1.0 + km * run, held * run), 1.0)
+        l_slow = np.where(on_wire, np.maximum(np.maximum(1.0 + km * run, held * run), taking * run / PHI), 1.0)
+        c_slow = (1.0 + kc * on_wire) / (1.0 - np.minimum(taking * on_wire / l_slow, PHI))
         need_c = np.where(run, rem * c_slow, np.inf)
         need_l = np.where(busy, np.where(on_wire, wire * l_slow, host), np.inf)
         dt = np.minimum(need_c, need_l)
@@ -137,7 +146,7 @@ def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partit
                                  float(t[0]), float(size_of[batch[0]].sum())))
             sent[j] |= batch[j]
             n_sent[j] += batch[j].sum(axis=1)
-            busy[j] = False
+            busy[j], freed[j] = False, t[j]
             complete = np.logical_and.reduceat(sent[j], first_of_layer, axis=1)
             done_iter[j] = np.where(complete, comm_iter[j, None], done_iter[j])
             over = n_sent[j] == len(size_of)

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .engine import PHI
+
 
 def integral(size_of: np.ndarray, credit: float) -> bool:
     """Whether prefix sums of the partitions' bytes are exact (integers below 2**53)."""
@@ -39,16 +41,19 @@ def integral(size_of: np.ndarray, credit: float) -> bool:
 
 def periods(work: np.ndarray, n: int, iterations: int, layer_of: np.ndarray, size_of: np.ndarray,
             price: np.ndarray, o: np.ndarray, kc: np.ndarray, km: np.ndarray, credit: float,
-            neg: np.ndarray | None = None, floor: np.ndarray | None = None) -> np.ndarray:
+            neg: np.ndarray | None = None, floor: np.ndarray | None = None,
+            loss: np.ndarray | None = None) -> np.ndarray:
     """Start of each iteration's first forward, (configurations, iterations): the reference's ``starts``.
 
     ``work``: the compute stream's tasks (2n per iteration: forward blocks, then backward from the last
     layer); ``price`` (C, P): each partition's transfer; ``o``, ``kc``, ``km`` (C,); ``neg`` (C,): each batch's
     negotiation on the issuing thread (none when None); ``floor`` (C, P): each partition's contended floor (none
-    when None), a batch's transfer held to max(1 + km, its floor / its transfer) beside compute.
+    when None), a batch's transfer held to max(1 + km, its floor / its transfer) beside compute; ``loss`` (C, P):
+    the compute each partition takes from beside it (none when None), spent as :mod:`.engine` spends it.
     """
     c, parts, two_n = price.shape[0], len(size_of), 2 * n
     floored = floor is not None and bool(np.any(floor))
+    lossy = loss is not None and bool(np.any(loss))
     first_of_layer = np.searchsorted(layer_of, np.arange(n))
     first_ready = np.append(first_of_layer, parts)
     last = np.append(first_of_layer[1:], parts) - 1  # last partition of each layer
@@ -85,6 +90,9 @@ def periods(work: np.ndarray, n: int, iterations: int, layer_of: np.ndarray, siz
          **({} if not floored else {
              "cf": np.concatenate([np.zeros((c, 1)), np.cumsum(np.broadcast_to(floor, (c, parts)), axis=1)], axis=1),
              "held": np.zeros(c)}),
+         **({} if not lossy else {
+             "cl": np.concatenate([np.zeros((c, 1)), np.cumsum(np.broadcast_to(loss, (c, parts)), axis=1)], axis=1),
+             "taking": np.zeros(c), "freed": np.full(c, -np.inf)}),
          "o": o.astype(float), "kc": kc.astype(float), "km": km.astype(float), "ids": np.arange(c),
          "neg": np.zeros(c) if neg is None else np.broadcast_to(np.asarray(neg, float), (c,)).copy()}
     s["starts"][:, 0] = 0.0 if q0 else np.nan
@@ -120,6 +128,9 @@ def periods(work: np.ndarray, n: int, iterations: int, layer_of: np.ndarray, siz
         l_slow = 1.0 + s["km"] * (on_wire & run)
         if floored:
             l_slow = np.maximum(l_slow, s["held"] * (on_wire & run))
+        if lossy:  # the compute the batch takes (engine: theta / PHI holds the batch, compute keeps 1 - phi)
+            l_slow = np.maximum(l_slow, s["taking"] * (on_wire & run) / PHI)
+            c_slow = c_slow / (1.0 - np.minimum(s["taking"] * on_wire / l_slow, PHI))
         need_c = np.where(run, rem * c_slow, np.inf)
         need_l = s["lw"] * l_slow  # the issue (rate 1), the transfer, or inf while the link is free
         dt = np.minimum(need_c, need_l)
@@ -145,6 +156,8 @@ def _link_step(s: dict, j: np.ndarray, parts: int) -> None:
     if not len(j):
         return
     s["phase"][j], s["lw"][j] = 0, np.inf
+    if "freed" in s:
+        s["freed"][j] = s["t"][j]
     s["n_sent"][j] += s["cnt"][j]
     d = s["depth"][j]
     s["u"][j] = np.where(s["seen"][j] > 0, 0, np.where(d > 0, s["lo"][j, np.maximum(d - 1, 0)], parts))
@@ -160,7 +173,7 @@ def _choose(s: dict, i: np.ndarray, r: np.ndarray, reach: np.ndarray, big: np.nd
     ``reach[x]``: the end of a batch that starts at x with the whole credit."""
     seen, depth = s["seen"][i], s["depth"][i]
     stack_lo, stack_hi, cp = s["lo"].reshape(-1), s["hi"].reshape(-1), s["cp"].reshape(-1)
-    floored = "cf" in s
+    floored, lossy = "cf" in s, "cl" in s
     new = r < seen  # newly ready partitions [r, seen) go below every unsent one: the bottom interval
     top = i * s["lo"].shape[1] + np.maximum(depth - 1, 0)
     lo, hi = np.where(new, r, stack_lo[top]), np.where(new, seen, stack_hi[top])
@@ -171,6 +184,7 @@ def _choose(s: dict, i: np.ndarray, r: np.ndarray, reach: np.ndarray, big: np.nd
     row = i * (parts + 1)
     cnt, wire = end - lo, cp[row + end] - cp[row + lo]
     bf = s["cf"].reshape(-1)[row + end] - s["cf"].reshape(-1)[row + lo] if floored else None
+    bl = s["cl"].reshape(-1)[row + end] - s["cl"].reshape(-1)[row + lo] if lossy else None
     whole = end == hi
     slot = top + (new & (depth > 0))  # what is left of the bottom interval, if anything
     stack_lo[slot], stack_hi[slot] = end, hi
@@ -188,6 +202,8 @@ def _choose(s: dict, i: np.ndarray, r: np.ndarray, reach: np.ndarray, big: np.nd
         wire[sel] += s["cp"][k, end] - s["cp"][k, lo]
         if floored:
             bf[sel] += s["cf"][k, end] - s["cf"][k, lo]
+        if lossy:
+            bl[sel] += s["cl"][k, end] - s["cl"][k, lo]
         budget[sel] -= big[end] - big[lo]
         whole = end == hi
         s["lo"][k, d], s["depth"][k] = end, d + 1 - whole
@@ -196,6 +212,9 @@ def _choose(s: dict, i: np.ndarray, r: np.ndarray, reach: np.ndarray, big: np.nd
     s["cnt"][i], s["wire"][i], s["u"][i] = cnt, wire, u
     if floored:
         s["held"][i] = np.divide(bf, wire, out=np.zeros_like(bf), where=wire > 0)
+    if lossy:  # only a batch that meets an idle link (chosen after the instant the link fell free)
+        bl = bl * (s["t"][i] > s["freed"][i])
+        s["taking"][i] = np.divide(bl, wire, out=np.zeros_like(bl), where=wire > 0)
     issuing = host > 0  # no issuing time: on the wire at once
     s["phase"][i] = np.where(issuing, 1, 2)
     s["lw"][i] = np.where(issuing, host, wire)

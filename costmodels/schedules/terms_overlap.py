@@ -47,10 +47,11 @@ class Stream:
         self.g, self.name, self.next = g, name, 0
 
     def add(self, kind: int, work: Any, dep: Any = -1, label: tuple[str, str] = ("", ""), nbytes: float = 0.0,
-            floor: Any = 0.0) -> int:
+            floor: Any = 0.0, loss: Any = 0.0) -> int:
         self.next += 1
         return int(self.g.add(self.name, kind, np.asarray(work, dtype=float).reshape(-1, 1), self.next, dep,
-                              label, nbytes, np.asarray(floor, dtype=float).reshape(-1, 1))[0])
+                              label, nbytes, np.asarray(floor, dtype=float).reshape(-1, 1),
+                              np.asarray(loss, dtype=float).reshape(-1, 1))[0])
 
 
 # ---------------------------------------------------------------------------------------- DeAR
@@ -62,6 +63,7 @@ def dear_graph(cfg: Configurations, groups: list[list[int]], rs: Comm, ag: Comm,
     sizes = np.array([nbytes[x].sum() for x in groups])
     t_rs, t_ag = rs(sizes[None, :]), ag(sizes[None, :])
     f_rs, f_ag = (np.broadcast_to(cfg.contended_floor(x, sizes[None, :]), t_rs.shape) for x in (rs, ag))
+    l_rs, l_ag = (np.broadcast_to(cfg.compute_loss(x, sizes[None, :]), t_rs.shape) for x in (rs, ag))
     labels = [group_label(names, x[::-1]) for x in groups]
     g = Graph(len(cfg.p))
     cs, link = Stream(g, "compute"), Stream(g, "comm")
@@ -71,7 +73,7 @@ def dear_graph(cfg: Configurations, groups: list[list[int]], rs: Comm, ag: Comm,
         if j + 1 < len(groups):
             issue = cs.add(HOST, cfg.overhead, wait, ("issue", labels[j + 1]))
             ag_end[j + 1] = link.add(COMM, t_ag[:, j + 1], issue, ("allgather", labels[j + 1]), sizes[j + 1],
-                                     f_ag[:, j + 1])
+                                     f_ag[:, j + 1], l_ag[:, j + 1])
             wait = -1
         # the gathered group copied into its parameters, before the group's first step
         wait = cs.add(HOST, cfg.pass_time[:, 0] * sizes[j], wait, ("copy", labels[j]))
@@ -85,9 +87,10 @@ def dear_graph(cfg: Configurations, groups: list[list[int]], rs: Comm, ag: Comm,
         if i in closes:
             j = closes[i]
             issue = cs.add(HOST, cfg.overhead[:, 0] + cfg.pass_time[:, 0] * sizes[j], label=("issue", labels[j]))
-            last_rs = link.add(COMM, t_rs[:, j], issue, ("reduce_scatter", labels[j]), sizes[j], f_rs[:, j])
+            last_rs = link.add(COMM, t_rs[:, j], issue, ("reduce_scatter", labels[j]), sizes[j], f_rs[:, j],
+                               l_rs[:, j])
     issue = cs.add(HOST, cfg.overhead, last_rs, ("issue", labels[0]))  # step(): _bp_barrier
-    link.add(COMM, t_ag[:, 0], issue, ("allgather", labels[0]), sizes[0], f_ag[:, 0])
+    link.add(COMM, t_ag[:, 0], issue, ("allgather", labels[0]), sizes[0], f_ag[:, 0], l_ag[:, 0])
     return run_graph(g, cfg, record, prof.optimizer_s, groups=len(groups))
 
 
@@ -114,6 +117,8 @@ def _zero(cfg: Configurations, collective: Any, record: bool, *, reduce_bucket_s
     t_rs, t_ag = rs(sizes[None, :]), ag(ag_sizes[None, :])
     f_rs = np.broadcast_to(cfg.contended_floor(rs, sizes[None, :]), t_rs.shape)
     f_ag = np.broadcast_to(cfg.contended_floor(ag, ag_sizes[None, :]), t_ag.shape)
+    l_rs = np.broadcast_to(cfg.compute_loss(rs, sizes[None, :]), t_rs.shape)
+    l_ag = np.broadcast_to(cfg.compute_loss(ag, ag_sizes[None, :]), t_ag.shape)
     names, n = [x.name for x in prof.layers], len(prof)
     g = Graph(len(cfg.p))
     compute_stream(g, cfg)
@@ -124,7 +129,7 @@ def _zero(cfg: Configurations, collective: Any, record: bool, *, reduce_bucket_s
         issue = int(g.add("compute", HOST, cfg.overhead + cfg.pass_time * sizes[b], key, reduced if overlap else -1,
                           ("issue", label))[0])
         reduced = int(g.add("comm", COMM, t_rs[:, b:b + 1], b, issue, ("reduce_scatter", label), sizes[b],
-                            f_rs[:, b:b + 1])[0])
+                            f_rs[:, b:b + 1], l_rs[:, b:b + 1])[0])
         if not overlap:  # the reduction runs on the compute stream: backward goes on once it has ended
             g.add("compute", HOST, 0.0, key + 0.5, reduced)
     # the shard averaged (one pass over 1/p of the gradient bytes), then the shard's step
@@ -136,7 +141,7 @@ def _zero(cfg: Configurations, collective: Any, record: bool, *, reduce_bucket_s
         label = f"parameters {j + 1}/{len(ag_sizes)}"
         issue = g.add("compute", HOST, cfg.overhead, KEY_END + 1 + j, labels=("issue", label))
         gathered = g.add("comm", COMM, t_ag[:, j:j + 1], len(buckets) + j, issue, ("allgather", label), ag_sizes[j],
-                         f_ag[:, j:j + 1])
+                         f_ag[:, j:j + 1], l_ag[:, j:j + 1])
         g.add("compute", HOST, cfg.pass_time * ag_sizes[j], KEY_END + 1 + len(ag_sizes) + j, gathered,
               ("copy", label))  # the gathered parameters copied into place
     return run_graph(g, cfg, record, step, stage="ZeRO-1/2", buckets=len(buckets), overlap_comm=overlap)
@@ -152,6 +157,7 @@ def _fsdp(cfg: Configurations, collective: Any, record: bool, *, unit_bytes: Any
     ag, rs = cfg.comm("allgather", ag_name, params), cfg.comm("reduce_scatter", rs_name, params)
     t_ag, t_rs = ag(size[None, :]), rs(size[None, :])
     f_ag, f_rs = (np.broadcast_to(cfg.contended_floor(x, size[None, :]), t_ag.shape) for x in (ag, rs))
+    l_ag, l_rs = (np.broadcast_to(cfg.compute_loss(x, size[None, :]), t_ag.shape) for x in (ag, rs))
     names = [x.name for x in prof.layers]
     fwd, bwd = np.array(prof.column("forward_s")), np.array(prof.column("backward_s"))
     label = [names[u[0]] if len(u) == 1 else f"{names[u[0]]}..{names[u[-1]]} ({len(u)})" for u in units]
@@ -160,8 +166,8 @@ def _fsdp(cfg: Configurations, collective: Any, record: bool, *, unit_bytes: Any
 
     def send(kind: str, j: int, dep: int = -1) -> int:
         issue = cs.add(HOST, cfg.overhead, dep, ("issue", label[j]))
-        t, f = (t_ag, f_ag) if kind == "allgather" else (t_rs, f_rs)
-        return link.add(COMM, t[:, j], issue, (kind, label[j]), size[j], f[:, j])
+        t, f, lost = (t_ag, f_ag, l_ag) if kind == "allgather" else (t_rs, f_rs, l_rs)
+        return link.add(COMM, t[:, j], issue, (kind, label[j]), size[j], f[:, j], lost[:, j])
 
     n = len(units)
     wrapped = n - 1 if root else n  # units re-gathered for backward: all but the root

@@ -204,7 +204,7 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
             continue
         loaded = results.load(envdir / "records.jsonl")
         recs = compare(loaded.records, profs, env, label,
-                       host=host_cpu.shared_host(host_cpu_data, loaded.records, threads))
+                       host=host_cpu.shared_host(host_cpu_data, loaded.records, threads, env))
         for r in recs:
             r["config"]["host_other_work_share"] = round(load["other_work"], 4)
         if recs:
@@ -310,7 +310,8 @@ def repredict(out: str | os.PathLike[str], terms: Sequence[str] | None = None, p
             continue
         measured = results.load(envdir / "records.jsonl").records
         recs = compare(measured, profs, env, envdir.name,
-                       host=host_cpu.shared_host(host_cpu_data, measured, int(plan.get("threads", 1))), terms=terms,
+                       host=host_cpu.shared_host(host_cpu_data, measured, int(plan.get("threads", 1)), env),
+                       terms=terms,
                        probes=latency_probes(envdir) if probes else None, calibrate=calibrate)
         load_file = envdir / "host_load.json"
         if load_file.is_file():

@@ -64,10 +64,13 @@ def load(out: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and data.get("schema") == SCHEMA else None
 
 
-def shared_host(data: Mapping[str, Any] | None, records: Sequence[Mapping[str, Any]], threads: int) -> Any:
+def shared_host(data: Mapping[str, Any] | None, records: Sequence[Mapping[str, Any]], threads: int,
+                env: Any = None) -> Any:
     """The :class:`costmodels.cpu_sharing.SharedHost` of one environment's run: the host's cores, the run's ranks
-    (all on this host), ``threads`` computing per rank, and the CPU cost per byte measured at the run's link rate
-    (from its records' network spec); None where any is unknown."""
+    (all on this host), ``threads`` computing per rank, the CPU cost per byte measured at the run's link rate
+    (from its records' network spec), and the CPU seconds per latency step that the fit of ``env`` found in the
+    sweep's per-call CPU times (``metadata["cpu"]``, :mod:`runners.measure.fit.cpu`; 0 where it has none); None
+    where any of the first four is unknown."""
     from costmodels.cpu_sharing import SharedHost
 
     if not data:
@@ -81,4 +84,13 @@ def shared_host(data: Mapping[str, Any] | None, records: Sequence[Mapping[str, A
               f"{(entry.get('load_average') or ['?'])[0]}")
     return SharedHost(cores=float(data["cores"]), ranks=int(run["world_size"]),
                       cpu_s_per_byte=float(entry["cpu_s_per_byte"]), compute_threads=max(int(threads), 1),
-                      source=source)
+                      source=source, cpu_s_per_step=_s_per_step(env))
+
+
+def _s_per_step(env: Any) -> float:
+    cpu = (getattr(env, "metadata", None) or {}).get("cpu") or {}
+    try:
+        step = float(cpu.get("s_per_step", 0.0))
+    except (TypeError, ValueError):
+        return 0.0
+    return step if step > 0 and step == step and step != float("inf") else 0.0

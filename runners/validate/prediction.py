@@ -167,7 +167,7 @@ def compare(records: Sequence[Mapping[str, Any]], profiles: Any, env: Any, envir
                 if se is not None and math.isfinite(se) and "predicted_calibrated_s" in result:
                     result["predicted_calibrated_stderr_s"] = se
             result["default_terms"] = {k: getattr(defaults, k) for k in ("kappa_c", "kappa_m", "host_overhead",
-                                                                         "contended_step")}
+                                                                         "contended_step", "compute_loss_step")}
             if scale != 1.0:
                 result["latency_scale"] = scale
             result.update(_counted(rs, tech, base, p))
