@@ -269,4 +269,6 @@ def terms_text(env: cm.Environment) -> str:
             f"kappa_m = {env.kappa_m:.3g} (communication slowdown while compute runs); host overhead "
             f"o = {env.host_overhead * 1e6:.3g} us per message"
             + (f"; contended step {env.contended_step * 1e3:.3g} ms (a message's least time per latency step "
-               "beside compute)" if env.contended_step > 0 else ""))
+               "beside compute)" if env.contended_step > 0 else "")
+            + (f"; compute lost {env.compute_loss_step * 1e3:.3g} ms per latency step of a message on an idle link "
+               "beside it" if env.compute_loss_step > 0 else ""))

@@ -166,9 +166,17 @@ def _terms(keep) -> dict:
                                    "it: CPU ranks sharing their cores wait for a core at every step (about 4-21 ms "
                                    "on 4 gloo ranks over 2 cores, bench/results/bench_overlap_*). A message of S "
                                    "steps then takes at least S times this beside compute; 0 on GPUs.")
-    st.caption("0, 0, 0, 0: communication overlaps compute for free, as the alpha-beta model has it.")
+    loss_ms = st.number_input("compute lost (ms per latency step of a message on an idle link)", 0.0, 1000.0,
+                              step=0.05, format="%.2f", **keep("env_compute_loss_step"),
+                              **initial("env_compute_loss_step", value=0.0),
+                              help="The compute a rank loses per latency step of a message that meets an idle link "
+                                   "beside it: CPU ranks sharing their cores run each step's system calls and "
+                                   "wake-ups on the computing cores (the sweep's CPU per step x ranks / cores: "
+                                   "about 0.5 ms on 4 gloo ranks over 2 cores); a message queued behind another "
+                                   "takes none; 0 on GPUs.")
+    st.caption("0, 0, 0, 0, 0: communication overlaps compute for free, as the alpha-beta model has it.")
     return {"kappa_c": float(kc), "kappa_m": float(km), "host_overhead": float(o_us) * 1e-6,
-            "contended_step": float(step_ms) * 1e-3}
+            "contended_step": float(step_ms) * 1e-3, "compute_loss_step": float(loss_ms) * 1e-3}
 
 
 LINK_LABELS = {"network": "network (NICs, switches)", "nvlink": "NVLink", "pcie": "PCIe"}

@@ -334,7 +334,8 @@ def test_custom_environment_sets_interference_and_host_overhead(page: AppTest) -
     terms: dict[str, float] = {}
     for key, value, field, scale in (("env_kappa_c", 0.5, "kappa_c", 1.0), ("env_kappa_m", 0.25, "kappa_m", 1.0),
                                      ("env_overhead", 200.0, "host_overhead", 1e-6),
-                                     ("env_contended_step", 20.0, "contended_step", 1e-3)):
+                                     ("env_contended_step", 20.0, "contended_step", 1e-3),
+                                     ("env_compute_loss_step", 2.0, "compute_loss_step", 1e-3)):
         before = page.metric[0].value
         page.sidebar.number_input(key=key).set_value(value).run()
         assert not page.exception, page.exception
@@ -342,7 +343,7 @@ def test_custom_environment_sets_interference_and_host_overhead(page: AppTest) -
         expect = cm.simulate(prof, CUSTOM.with_(**terms), 64, "fusion").iteration_time
         assert page.metric[0].value == f"{expect * 1e3:.4g} ms" != before, field
     assert any("kappa_c = 0.5 " in c.value and "o = 200 us" in c.value and "contended step 20 ms" in c.value
-               for c in page.caption)
+               and "compute lost 2 ms per latency step" in c.value for c in page.caption)
     page.switch_page("views/collectives.py").run()  # the values survive another page
     page.switch_page("views/iteration.py").run()
     assert page.sidebar.number_input(key="env_overhead").value == 200.0

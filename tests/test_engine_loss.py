@@ -64,10 +64,10 @@ def test_the_message_alone_takes_nothing_and_its_loss_moves_only_compute() -> No
 
     assert both_ends(after) == pytest.approx((12.0, 12.0), rel=1e-12)
     f = one_message(10.0, 2.0, 0.6).freeze()
-    _, starts, ends = run_one(f, 0.0, 0.0)
+    _, _, ends = run_one(f, 0.0, 0.0)
     assert ends[f.kind[:-1].tolist().index(COMM)] == pytest.approx(2.0, rel=1e-12)
     f = one_message(10.0, 2.0, 1.6).freeze()
-    _, starts, ends = run_one(f, 0.0, 0.0)
+    _, _, ends = run_one(f, 0.0, 0.0)
     assert ends[f.kind[:-1].tolist().index(COMM)] == pytest.approx(3.2, rel=1e-12)
 
 
@@ -224,3 +224,43 @@ def test_environment_checks_and_keeps_compute_loss_step(tmp_path) -> None:
         dataclasses.replace(BASE, compute_loss_step=float("nan"))
     arr = cm.EnvironmentArray.of([BASE, env])
     assert arr.has_terms.tolist() == [False, True]
+
+
+@pytest.mark.parametrize("schedule", cm.schedules())
+def test_simulated_time_between_the_bounds_with_a_loss(schedule: str) -> None:
+    """The closed-form bounds with L (the compute the messages can take, ``compute_loss_s``) hold the engine's
+    time with random interference, host overhead and losses up to ten times the message's latency steps."""
+    from costmodels.schedules.core import B, C, F, L, O, U, kappa_c, kappa_m
+
+    rng = np.random.default_rng(31)
+    for i in range(6):
+        env = cm.Environment(alpha=float(rng.uniform(1e-5, 2e-3)), beta=float(rng.uniform(1e-10, 4e-9)),
+                             library="gloo", kappa_c=float(rng.uniform(0, 2)), kappa_m=float(rng.uniform(0, 2)),
+                             host_overhead=float(rng.uniform(0, 1e-4)), compute_loss_step=float(rng.uniform(0, 1e-2)))
+        prof = cm.profile(("resnet50", "bert-base", "vgg16")[i % 3])
+        if i % 2:
+            prof = prof.with_optimizer(float(rng.uniform(0, 0.3)) * prof.compute_s)
+        r = cm.simulate(prof, env, int(rng.choice([2, 4, 16])), schedule)
+        d = r.details
+        values = {F: prof.forward_s, B: prof.backward_s, C: d["communication_s"], U: d["optimizer_s"],
+                  O: d["host_overhead_s"], L: d.get("compute_loss_s", 0.0), kappa_c: env.kappa_c,
+                  kappa_m: env.kappa_m}
+        lo, hi = cm.schedule(schedule).bounds(values)
+        assert lo * (1 - 1e-9) <= r.iteration_time <= hi * (1 + 1e-9), (env.summary(), lo, r.iteration_time, hi)
+        if schedule in ("wfbp", "mgwfbp", "fusion", "bytescheduler", "dear", "zero", "fsdp", "ps"):
+            assert d["compute_loss_s"] > 0
+
+
+def test_the_bound_with_l_zero_is_todays() -> None:
+    import sympy as sp
+
+    from costmodels.schedules.core import NO_OVERLAP, B, C, F, L, O, U, kappa_c, kappa_m
+
+    before = F + B + U + C + O + sp.Max(0, kappa_c / (1 + kappa_c) - 1 / (1 + kappa_m)) * sp.Min(
+        (F + B + U) * (1 + kappa_c), C * (1 + kappa_m))
+    assert sp.simplify(NO_OVERLAP.subs(L, 0) - before) == 0
+    # hand: F + B + U = 1, C = 1, O = 0, kappa_c = kappa_m = 1: bracket max(0, 1/2 - 1/2) = 0; L = 0.1 adds
+    # 0.1 / 2 + 0.1 / (0.5 x 2) = 0.15 to 2
+    _, hi = cm.schedule("wfbp").bounds({"F": 0.5, "B": 0.5, "C": 1.0, "kappa_c": 1.0, "kappa_m": 1.0, "L": 0.1})
+    assert hi == pytest.approx(2.15, rel=1e-12)
+    assert cm.schedule("wfbp").bounds({"F": 0.5, "B": 0.5, "C": 1.0, "kappa_c": 1.0, "kappa_m": 1.0})[1] == 2.0

@@ -1,28 +1,27 @@
 """The schedule framework: what a schedule is, what it returns, its registry, and :func:`simulate`.
 
 Each :class:`Schedule` simulates one iteration of data-parallel training on p workers from a
-:class:`~costmodels.profiles.ModelProfile` and an :class:`~costmodels.environment.Environment`,
-and returns an :class:`IterationResult` with the iteration time and a
-:class:`~costmodels.timeline.Timeline`. Messages are priced by a registered collective algorithm
-(``collective=None`` picks the cheapest of the needed primitive at every message size), so every
-schedule runs over all-reduce or parameter-server architectures alike.
+:class:`~costmodels.profiles.ModelProfile` and an :class:`~costmodels.environment.Environment`, and returns an
+:class:`IterationResult` with the iteration time and a :class:`~costmodels.timeline.Timeline`. Messages are priced
+by a registered collective algorithm (``collective=None``: what the environment's library runs at every message
+size), so every schedule runs over all-reduce or parameter-server architectures alike.
 
-Model (common to all schedules): one compute stream and one communication link per worker; the
-link carries one message at a time (the alpha-beta model); layer l's gradient is ready when its
-backward finishes; backward runs from the last layer to the first.
+Model (common to all schedules): one compute stream and one communication link per worker; the link carries one
+message at a time (the alpha-beta model); layer l's gradient is ready when its backward finishes; backward runs from
+the last layer to the first.
 
-The schedules themselves register here from their family modules (``sequential``, ``overlap``,
-``sharded``), which the package imports.
+The schedules register here from their family modules (``sequential``, ``overlap``, ``sharded``), imported by the
+package.
 
-Interference (``kappa_c``, ``kappa_m``), host overhead (``host_overhead``) and the optimizer step
-(``ModelProfile.optimizer_s``), issue 16: where an environment has any of them, or the profile an
-optimizer step, :func:`simulate` and ``sweep`` run the schedule's entry in :data:`TERMS` (``terms``,
-``terms_overlap``: the schedule as a task graph on the piecewise-rate engine of ``engine``) instead of
-its recurrences, which stay exactly as they are where all of them are 0. The closed-form bounds gain
-U (the optimizer time the schedule runs on a worker), O (the sum of its host overheads) and the
-interference factors; :func:`interference_excess` is derived in its docstring. The host overhead o is
-part of every price an environment fitted to blocking calls gives, so a message holds the link for its
-price less o (:class:`LinkComm`, derived there) while its issuing thread pays o.
+Interference (``kappa_c``, ``kappa_m``, ``compute_loss_step``), host overhead (``host_overhead``) and the optimizer
+step (``ModelProfile.optimizer_s``), issue 16: where an environment has any of them, or the profile an optimizer step,
+:func:`simulate` and ``sweep`` run the schedule's entry in :data:`TERMS` (``terms``, ``terms_overlap``: the schedule as
+a task graph on the piecewise-rate engine of ``engine``) instead of its recurrences, which stay exactly as they are
+where all of them are 0. The closed-form bounds gain U (the optimizer time the schedule runs on a worker), O (the sum
+of its host overheads), L (the compute its messages can take) and the interference factors
+(:func:`interference_excess`, derived there). The host overhead o is part of every price an environment fitted to
+blocking calls gives, so a message holds the link for its price less o (:class:`LinkComm`, derived there) while its
+issuing thread pays o.
 """
 
 from __future__ import annotations
@@ -46,10 +45,11 @@ from ..profiles import DTYPE_BYTES, ModelProfile
 from ..registry import Registry
 from ..timeline import Event, Timeline
 from .contended import compute_loss, contended_floor
+from .engine import PHI
 
 # symbols of the closed forms
 F, B, C = sp.symbols("F B C", nonnegative=True)  # forward, backward, sum of communication times
-U, O = sp.symbols("U O", nonnegative=True)  # optimizer step the schedule runs on a worker, sum of host overheads
+U, O, L = sp.symbols("U O L", nonnegative=True)  # optimizer step on a worker, sums of host overheads and losses
 kappa_c, kappa_m = sp.symbols("kappa_c kappa_m", nonnegative=True)  # interference factors
 
 
@@ -63,9 +63,15 @@ def interference_excess(compute: sp.Expr, comm: sp.Expr) -> sp.Expr:
     tau <= min(compute (1 + kappa_c), comm (1 + kappa_m)) and the total is at most
     compute + comm + O + tau (1 - 1/(1 + kappa_c) - 1/(1 + kappa_m)): overlap saves time where the
     bracket is negative (no interference: -1), costs at most this where it is positive.
+
+    With messages that take compute (L, the sum of their losses, :mod:`.engine`), compute does (tau - Phi) /
+    (1 + kappa_c) over tau, Phi <= L, and a message is slowed past 1 + kappa_m only while compute gives up PHI,
+    for at most L / PHI: tau <= min(compute (1 + kappa_c) + L, comm (1 + kappa_m) + L / PHI), and the total
+    gains L / (1 + kappa_c) + L / (PHI (1 + kappa_m)). A contended floor is in neither bound.
     """
-    return sp.Max(0, kappa_c / (1 + kappa_c) - 1 / (1 + kappa_m)) * sp.Min(compute * (1 + kappa_c),
-                                                                           comm * (1 + kappa_m))
+    bracket, phi = sp.Max(0, kappa_c / (1 + kappa_c) - 1 / (1 + kappa_m)), sp.nsimplify(PHI)
+    return (bracket * sp.Min(compute * (1 + kappa_c) + L, comm * (1 + kappa_m) + L / phi)
+            + L / (1 + kappa_c) + L / (phi * (1 + kappa_m)))
 
 
 NO_OVERLAP = F + B + U + C + O + interference_excess(F + B + U, C)
@@ -113,8 +119,8 @@ class Schedule:
 
     ``no_overlap`` and ``perfect_overlap`` are sympy expressions in F (forward), B (backward), C (sum
     of the schedule's communication times at full rate), U (the optimizer step it runs on a worker),
-    O (the sum of its host overheads) and the interference factors ``kappa_c``, ``kappa_m``: every
-    simulated iteration lies between them (:meth:`bounds`).
+    O (the sum of its host overheads), L (the compute its messages can take) and the interference factors
+    ``kappa_c``, ``kappa_m``: every simulated iteration without a contended floor lies between them (:meth:`bounds`).
     """
 
     name: str
@@ -131,9 +137,9 @@ class Schedule:
     """Where the technique pays the host overhead o and the optimizer step, and the source (issue 16)."""
 
     def bounds(self, values: Mapping[Any, float]) -> tuple[float, float]:
-        """(perfect_overlap, no_overlap) at ``values`` (symbols or their names; U, O and kappas default to 0)."""
+        """(perfect_overlap, no_overlap) at ``values`` (symbols or their names; U, O, L and kappas default to 0)."""
         given = {(sp.Symbol(k, nonnegative=True) if isinstance(k, str) else k): v for k, v in values.items()}
-        at = {U: 0.0, O: 0.0, kappa_c: 0.0, kappa_m: 0.0, **given}
+        at = {U: 0.0, O: 0.0, L: 0.0, kappa_c: 0.0, kappa_m: 0.0, **given}
         return float(self.perfect_overlap.subs(at)), float(self.no_overlap.subs(at))
 
 
@@ -182,8 +188,7 @@ class Configurations:
         return contended_floor(comm, self.p, self.env, sizes)
 
     def compute_loss(self, comm: Comm, sizes: Any) -> Any:
-        """The compute seconds each message ``comm`` prices takes from the compute beside it, (C, m)
-        (:mod:`.contended`)."""
+        """The compute each message ``comm`` prices takes from beside it, (C, m) (:mod:`.contended`)."""
         return compute_loss(comm, self.p, self.env, sizes)
 
     @cached_property

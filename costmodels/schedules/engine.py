@@ -123,6 +123,11 @@ class Frozen:
     def tasks(self) -> int:
         return len(self.stream) - 1
 
+    def loss(self) -> np.ndarray:
+        """The compute all messages can take (the sum of their losses), per configuration."""
+        lost = np.zeros_like(self.work[:-1]) if self.lost is None else self.lost[:-1]
+        return (lost * self.work[:-1]).sum(axis=0)
+
     def total(self, kind: int, stream: str | None = None) -> np.ndarray:
         """Work of all tasks of ``kind`` (on one stream), per configuration."""
         sel = self.kind[:-1] == kind

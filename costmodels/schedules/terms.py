@@ -105,6 +105,7 @@ def run_graph(g: Graph, cfg: Configurations, record: bool, optimizer: Any, **det
         f = g.freeze(merge=True)
         time, evs = run_many(f, kc, km), None
     return TermsRun(time, evs, {**details, "communication_s": f.total(COMM, "comm"), "host_overhead_s": f.total(HOST),
+                                "compute_loss_s": f.loss(),
                                 "optimizer_s": np.broadcast_to(np.asarray(optimizer, float), time.shape).copy()})
 
 

@@ -73,7 +73,7 @@ def _bytescheduler(cfg: Configurations, collective: Any, record: bool, *, partit
     alone = cfg.p[:, 0] == 1  # nothing sent: no averaging, compute and the step alone
     details = {"partitions": len(size_of), "partition_bytes": part, "credit_bytes": credit,
                "iterations_simulated": ITERATIONS, "communication_s": total,
-               "host_overhead_s": o * len(size_of), "negotiation_s": neg,
+               "host_overhead_s": o * len(size_of), "negotiation_s": neg, "compute_loss_s": loss.sum(axis=1),
                "optimizer_s": np.where(alone, prof.optimizer_s, opt.sum())}
     if not record and integral(size_of, credit):  # the same recurrence with the queue as intervals
         starts = periods(work, n, ITERATIONS, layer_of, size_of, price, o, kc, km, credit, neg, floor, loss)

@@ -20,7 +20,8 @@ METHOD = ("alpha, beta, gamma fitted to the collective sweeps; kappa_c, kappa_m 
           "Jacobian); 95% CIs from s^2 (J^T J)^-1 and Student's t")
 
 
-UNITS = {"kappa_c": "", "kappa_m": "", "host_overhead": "s/message", "contended_step": "s/step"}
+UNITS = {"kappa_c": "", "kappa_m": "", "host_overhead": "s/message", "contended_step": "s/step",
+         "compute_loss_step": "s/step"}
 
 
 @dataclass(frozen=True)

@@ -39,13 +39,13 @@ from costmodels.errors import CommscopeError
 from .cells import OVERLAPPING, Cell, gather_cells, scale_latency, sweep_environment
 from .result import CalibrationResult, LeftOut, TermFit
 
-TERMS = ("kappa_c", "kappa_m", "host_overhead", "contended_step")  # what can be calibrated
+TERMS = ("kappa_c", "kappa_m", "host_overhead", "contended_step", "compute_loss_step")  # what can be calibrated
 # what is calibrated unless asked otherwise: the contended step is measured (bench_overlap_diagnostics) but, fitted
 # as a fourth term on the shipped runs, it did not make the techniques left out any better (README, Validation)
 FITTED = ("kappa_c", "kappa_m", "host_overhead")
 # scale of each term in the solver's variables (O(1) steps): kappas as they are, the overhead and the step in ms
-SCALE = {"kappa_c": 1.0, "kappa_m": 1.0, "host_overhead": 1e-3, "contended_step": 1e-3}
-START = {"kappa_c": 0.05, "kappa_m": 0.05, "host_overhead": 1e-4, "contended_step": 1e-3}
+SCALE = {"kappa_c": 1.0, "kappa_m": 1.0, "host_overhead": 1e-3, "contended_step": 1e-3, "compute_loss_step": 1e-3}
+START = {"kappa_c": 0.05, "kappa_m": 0.05, "host_overhead": 1e-4, "contended_step": 1e-3, "compute_loss_step": 5e-4}
 STEP = 1e-4  # forward-difference step in the solver's units (kappa 1e-4, overhead 0.1 us)
 IDENTIFIABLE = 1e-6  # a term whose Jacobian column has a smaller norm (relative error per unit) is not seen
 RIDGE = 0.99  # |correlation| of two estimates above which only a combination of them is measured
@@ -313,6 +313,6 @@ def describe(values: Mapping[str, float]) -> str:
         if t in values:
             v = values[t]
             parts.append(f"{t} {v * 1e6:.4g} us" if t == "host_overhead" else
-                         f"{t} {v * 1e3:.4g} ms" if t == "contended_step" else f"{t} {v:.4g}")
+                         f"{t} {v * 1e3:.4g} ms" if t in ("contended_step", "compute_loss_step") else f"{t} {v:.4g}")
     return ", ".join(parts)
 

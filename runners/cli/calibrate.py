@@ -1,7 +1,8 @@
 """``commscope calibrate``: an environment calibrated on a person's own measurements.
 
     commscope calibrate RECORDS.jsonl... --out env.json [--environment ENV.json] [--profile PROFILE.json]
-                        [--terms kappa_c,kappa_m,host_overhead[,contended_step]] [--name NAME] [--json]
+                        [--terms kappa_c,kappa_m,host_overhead[,contended_step][,compute_loss_step]]
+                        [--name NAME] [--json]
 
 What a person with a real cluster does: one collective sweep and two short training jobs (one technique
 that overlaps communication with computation, one that does not), then predict the rest. alpha, beta and
@@ -50,7 +51,8 @@ def calibrate_command(
     ] = None,
     terms: Annotated[str, typer.Option(
         help="terms to calibrate, comma-separated (also: contended_step, a message's least time per latency step "
-             "beside compute)")] = "kappa_c,kappa_m,host_overhead",
+             "beside compute; compute_loss_step, the compute a message on an idle link takes per latency step)")
+    ] = "kappa_c,kappa_m,host_overhead",
     name: Annotated[str | None, typer.Option(help="environment name [default: calibrated:<sweep fit name>]")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
@@ -101,7 +103,8 @@ def _print(res: Any, out: Path | None) -> None:
                    f"network from {src}: {net}"))
     t = Table("term", "value", "95% CI", "status", title="iteration terms")
     for k, f in res.terms.items():
-        scale, unit = (1e6, " us") if k == "host_overhead" else (1e3, " ms") if k == "contended_step" else (1.0, "")
+        scale, unit = (1e6, " us") if k == "host_overhead" else (1e3, " ms") if k in ("contended_step",
+                                                                                     "compute_loss_step") else (1.0, "")
         ci = f"[{f.ci95[0] * scale:.4g}, {f.ci95[1] * scale:.4g}]{unit}" if f.ci95 else "-"
         t.add_row(k, f"{f.value * scale:.4g}{unit}", ci, escape(f.status + (f": {f.note}" if f.note else "")))
     c.print(t)
