@@ -19,7 +19,7 @@ import pytest
 import costmodels as cm
 from costmodels.messages import Comm
 from costmodels.schedules import COMPRESSIBLE, B, C, F
-from costmodels.schedules.core import TERMS, Configurations, O, U, kappa_c, kappa_m
+from costmodels.schedules.core import TERMS, Configurations, L, O, U, kappa_c, kappa_m
 from costmodels.schedules.engine import COMM, COMPUTE, HOST, Graph, run_many, run_one
 
 MS = 1e-3
@@ -290,19 +290,32 @@ def test_compressed_sweep_equals_simulate_with_the_terms_on(schedule: str) -> No
         np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=spec)
 
 
+def lossy_envs(rng: np.random.Generator, n: int) -> list[cm.Environment]:
+    """gloo environments whose messages also take compute: up to 10 ms per latency step (compute_loss_step)."""
+    return [cm.Environment(alpha=float(rng.uniform(1e-5, 2e-3)), beta=float(rng.uniform(1e-10, 4e-9)), library="gloo",
+                           kappa_c=float(rng.uniform(0, 2)), kappa_m=float(rng.uniform(0, 2)),
+                           host_overhead=float(rng.uniform(0, 1e-4)), compute_loss_step=float(rng.uniform(0, 1e-2)))
+            for _ in range(n)]
+
+
 @pytest.mark.parametrize("schedule", cm.schedules())
 def test_simulated_time_between_the_extended_bounds(schedule: str) -> None:
+    """With L, the compute the messages can take (``compute_loss_s``; 0 where no message takes any)."""
     rng = np.random.default_rng(29)
-    for i, env in enumerate(random_envs(rng, 6)):
+    envs = random_envs(rng, 6)
+    for i, env in enumerate(envs + lossy_envs(np.random.default_rng(31), 6)):
         prof = cm.profile(("resnet50", "bert-base", "vgg16")[i % 3])
         if i % 2:
             prof = prof.with_optimizer(float(rng.uniform(0, 0.3)) * prof.compute_s)
         r = cm.simulate(prof, env, int(rng.choice([2, 4, 16])), schedule)
         d = r.details
         values = {F: prof.forward_s, B: prof.backward_s, C: d["communication_s"], U: d["optimizer_s"],
-                  O: d["host_overhead_s"], kappa_c: env.kappa_c, kappa_m: env.kappa_m}
+                  O: d["host_overhead_s"], L: d.get("compute_loss_s", 0.0), kappa_c: env.kappa_c,
+                  kappa_m: env.kappa_m}
         lo, hi = cm.schedule(schedule).bounds(values)
         assert lo * (1 - 1e-9) <= r.iteration_time <= hi * (1 + 1e-9), (env.summary(), lo, r.iteration_time, hi)
+        if i >= len(envs) and schedule in ("wfbp", "mgwfbp", "fusion", "bytescheduler", "dear", "zero", "fsdp", "ps"):
+            assert d["compute_loss_s"] > 0
 
 
 def test_strong_interference_can_make_overlap_slower_than_serial() -> None:
