@@ -48,7 +48,7 @@ def scan(directory: Path, steps: list[float], probes: bool = False) -> dict:
     for envdir in sorted(d for d in directory.iterdir() if (d / "records.jsonl").is_file()):
         recs = rs.load([envdir / "records.jsonl"]).records
         env = with_terms(cm.Environment.load(envdir / "environment.json"), {t: 0.0 for t in TERMS})
-        defaults = shipped_defaults(env, host_cpu.shared_host(data, recs, 1))
+        defaults = shipped_defaults(env, host_cpu.shared_host(data, recs, 1, env))
         cells = gather_cells(recs, None)
         if probes and (envdir / FILE).is_file():  # each cell at the latency its runs' probes measured
             kept = rs.load(envdir / FILE).records

@@ -98,6 +98,13 @@ def test_shared_host_needs_a_measurement_at_the_run_rate() -> None:
     run["network"]["rate"] = "1gbit"
     host = host_cpu.shared_host(data, [{"kind": "collective", "run": run}], 2)
     assert (host.cores, host.ranks, host.compute_threads, host.cpu_s_per_byte) == (2.0, 4, 2, 1e-9)
+    assert host.cpu_s_per_step == 0.0  # no environment: the sweep's CPU per step unknown
+    # with the fitted environment, the sweep's CPU per step from its fit (validation-run5 at 2.5 Gbit/s: 0.28 ms)
+    env = cm.Environment.load(reference.run_dir("validation-run5") / "2500mbit" / "environment.json")
+    host = host_cpu.shared_host(data, [{"kind": "collective", "run": run}], 2, env)
+    assert host.cpu_s_per_step == env.metadata["cpu"]["s_per_step"] == pytest.approx(2.803e-4, rel=1e-3)
+    bad = cm.Environment(alpha=1e-3, beta=1e-9, metadata={"cpu": {"s_per_step": "x"}})
+    assert host_cpu.shared_host(data, [{"kind": "collective", "run": run}], 2, bad).cpu_s_per_step == 0.0
 
 
 @pytest.mark.multiprocess

@@ -257,7 +257,7 @@ def test_shipped_reference_run(run) -> None:
     for env in envs:
         e = cm.Environment.load(directory / env / "environment.json")
         profs = {m: cm.load_profile(p) for m, p in reference.profiles(env, run).items()}
-        host = host_cpu.shared_host(host_cpu.load(directory), reference.records(env, run), 1)
+        host = host_cpu.shared_host(host_cpu.load(directory), reference.records(env, run), 1, e)
         again = v.compare(reference.records(env, run), profs, e, env, host=host, calibrate=False)  # (b): calibrate
         shipped = [r for r in recs if r["config"]["environment"] == env]
         for key in ("predicted_s", "predicted_defaults_s"):
