@@ -10,6 +10,7 @@ timed iterations enters it.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -93,4 +94,4 @@ def _s_per_step(env: Any) -> float:
         step = float(cpu.get("s_per_step", 0.0))
     except (TypeError, ValueError):
         return 0.0
-    return step if step > 0 and step == step and step != float("inf") else 0.0
+    return step if math.isfinite(step) and step > 0 else 0.0
