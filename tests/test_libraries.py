@@ -125,10 +125,15 @@ def test_in_network_reduction_appears_where_the_switches_have_it() -> None:
     # NVLS: NCCL's NVLS graph has 8 channels (one per GPU); each pulls from all 8 GPUs, twice from its own, so a
     # GPU's 370.8 GB/s of NVLink carry 9 x speed: 370.8 / 9 = 41.2 -> 40 GB/s from sm90's speed array (search.cc
     # 855); busBw 8 x 40 = 320, algBw 5/6 x 320 = 266.7 GB/s (tuning.cc 212-219), one NVLink hop of latency
-    # (25 us). 1 GiB: 25 + 1073741824 / 266.67e3 = 4051.5 us.
-    assert float(cm.choose("allreduce", 2.0**30, 8, h100).time) == pytest.approx(25e-6 + 2**30 / (320e9 * 5 / 6),
-                                                                                 rel=1e-12)
-    assert float(cm.choose("allreduce", 2.0**30, 8, h100).time) == pytest.approx(4051.5e-6, rel=1e-4)
+    # (25 us). 1 GiB by NCCL 2.21's estimate, which it chooses by: 25 + 1073741824 / 266.67e3 = 4051.5 us. Priced
+    # with NCCL 2.28's NVLS bandwidth, 8 x 40 x 0.85 = 272 GB/s (tuning.cc 2.30.7: 8 channels x 40 x 0.85 x 7/8 x 2
+    # = 476 bus, x 8/14), and the kernel's pipeline fill (two steps of 16 channels x 8 heads x 128 KiB = 16 MiB:
+    # 2 x 16777216 / 272e3 = 123.4 us): 25 + 1073741824 / 272e3 + 123.4 = 25 + 3947.6 + 123.4 = 4096.0 us
+    nvls = Pricer("allreduce", 8, h100).options[-1]
+    price, estimate = nvls.prices(np.float64(2.0**30))
+    assert nvls.algorithm == "nvls" and float(estimate) == pytest.approx(25e-6 + 2**30 / (320e9 * 5 / 6), rel=1e-12)
+    assert float(estimate) == pytest.approx(4051.5e-6, rel=1e-4)
+    assert float(cm.choose("allreduce", 2.0**30, 8, h100).time) == float(price) == pytest.approx(4096.0e-6, rel=1e-4)
 
 
 def test_nvls_graph_channel_speed_follows_nccls_search() -> None:

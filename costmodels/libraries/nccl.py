@@ -47,6 +47,7 @@ from ..environment_array import EnvironmentArray
 from ..errors import CommscopeError
 from . import nccl_constants as tables
 from .core import Library, Option, Rows, register
+from .nccl_nvls import nvls_bandwidth, nvls_channel_speed, nvls_pipeline_fill
 
 PRIMITIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce", "all_to_all")
 REDUCING = ("allreduce", "reduce_scatter", "reduce")
@@ -308,27 +309,40 @@ def _collnet(lv: Levels) -> Option:
                    np.where(ok, serial_real + inter_real, np.nan), alg_bw, "allreduce")
 
 
-def nvls_channel_speed(ppn: Any, link_gbps: Any, cc: int) -> np.ndarray:
-    """The per-channel speed (GB/s) of NCCL's NVLS graph on one node of ``ppn`` GPUs: the fastest of the speed
-    array with ``(ppn + 1) * speed <= link_gbps``, a GPU's NVLink bandwidth to the switch (the slowest speed
-    when none fits), from ``src/graph/search.cc`` (:data:`.nccl_constants.SPEEDS_INTRA_SM90`). Its bus
-    bandwidth is ``ppn * speed``: 8 x H100 (18 x 20.6 = 370.8 GB/s) give 370.8 / 9 = 41.2 -> 40 GB/s, 320 in
-    all, not the 370.8 of the links."""
-    speeds = np.asarray(tables.SPEEDS_INTRA_SM90 if cc >= 90 else tables.SPEEDS_INTRA)
-    per_path = np.asarray(link_gbps, dtype=np.float64) / (np.asarray(ppn, dtype=np.float64) + 1.0)
-    fits = speeds <= per_path[..., None] * (1 + 1e-12)  # speeds fall: the first that fits is the fastest
-    return np.where(fits.any(axis=-1), speeds[np.argmax(fits, axis=-1)], speeds[-1])
-
-
 def _nvls(primitive: str, lv: Levels) -> Option:
-    """NVLS (NVLink SHARP) inside one node (Simple only): latency one NVLink hop, busBw = NVLS channels (one
-    per GPU) x their speed (:func:`nvls_channel_speed`), algBw = 5/6 of it (tuning.cc 170-175, 212-219,
-    253-263)."""
+    """NVLS (NVLink SHARP) inside one node (Simple only), latency one NVLink hop. NCCL 2.21.5 chooses by busBw =
+    NVLS channels (one per GPU) x their speed (:func:`nvls_channel_speed`), algBw 5/6 of it (tuning.cc 170-175,
+    212-219, 253-263). The price takes NCCL 2.28's revised NVLS bandwidth (:func:`nvls_bandwidth`) and the
+    kernel's pipeline fill (:func:`nvls_pipeline_fill`); the switch reduces (multimem.ld_reduce), so the GPU's
+    gamma does not enter."""
     intra, intra_real, _, _ = lv.hop("nvls", 2)
     ok = (lv.nodes == 1) & (lv.ppn > 1)
-    bus = lv.ppn * nvls_channel_speed(lv.ppn, np.where(np.isfinite(lv.b_intra), lv.b_intra, 0.0), lv.cc)
-    return _option("nvls", 2, lv, np.where(ok, intra, np.nan), np.where(ok, intra_real, np.nan),
-                   bus * tables.NVLS_RATIO, primitive)
+    speed = nvls_channel_speed(lv.ppn, np.where(np.isfinite(lv.b_intra), lv.b_intra, 0.0), lv.cc)
+    lat_model = np.where(ok, intra, np.nan) * 1e-6
+    lat_real = np.where(ok, intra_real, np.nan) * 1e-6
+    estimate_inv = 1e-9 / (lv.ppn * speed * tables.NVLS_RATIO)  # s per byte
+    bw = nvls_bandwidth(primitive, lv.ppn, speed, lv.cc)
+    price_inv = np.divide(1e-9, bw, out=np.full(np.shape(bw), np.nan), where=bw > 0)
+    shape = np.broadcast_shapes(*(np.shape(x) for x in (lat_model, lat_real, estimate_inv, price_inv)))
+
+    def prices(n: np.ndarray, out: Any = None, rows: Rows | None = None) -> tuple[np.ndarray, np.ndarray]:
+        part = (lambda x: x) if rows is None else rows
+        fill = nvls_pipeline_fill(primitive, n, part(lv.ppn), part(price_inv))
+        if out is None:
+            return part(lat_real) + n * part(price_inv) + fill, part(lat_model) + n * part(estimate_inv)
+        t, e = out
+        np.multiply(n, part(estimate_inv), out=e)
+        e += part(lat_model)
+        np.multiply(n, part(price_inv), out=t)
+        t += part(lat_real)
+        t += fill
+        return t, e
+
+    def bounds(rows: Rows, low: float, high: float) -> tuple[Any, Any]:
+        w, latency = rows(estimate_inv), rows(lat_model)
+        return np.multiply(low, w) + latency, np.multiply(high, w) + latency
+
+    return Option("nvls", tables.PROTOCOLS[2], lv.channels, prices, shape, bounds=bounds)
 
 
 def _all_to_all(lv: Levels) -> Option:

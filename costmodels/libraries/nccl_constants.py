@@ -53,6 +53,21 @@ NVLS_RATIO = 5.0 / 6.0
 # g pulls from every GPU through the NVSwitch at that speed, twice from GPU g itself (ncclTopoSearchTryNvls,
 # 342-357), so a GPU's NVLinks carry (ngpus + 1) x speed. DupChannels skips NVLS (837); pass 2 raises only
 # bwInter, and a single node's bandwidth is min(bwIntra, bwInter) (tuning.cc 175).
+# NVLS kernels (NCCL 2.21.5): 16 channels (src/transport/nvls.cc 232, NCCL_NVLS_NCHANNELS), a chunk of 128 KiB
+# (233, NCCL_NVLS_CHUNKSIZE) that enqueue.cc (1742-1750) halves to 64 KiB when nBytes < 64 x ops x chunk, to 32 KiB
+# when < 8 x ops x chunk, to 16 KiB when < 2 x ops x chunk, ops = nChannels x nHeads (one head per GPU of the node),
+# each rule on the chunk the one before left. nBytes is the whole buffer (allgather, reduce-scatter: x nRanks,
+# include/info.h 84). The kernels' pipeline stages per channel: allreduce scatter -> NVLS reduce -> gather
+# (device/all_reduce.h, oneNode), allgather NVLS broadcast -> gather, reduce-scatter scatter -> NVLS reduce.
+NVLS_CHANNELS = 16
+NVLS_CHUNK_BYTES = 131072
+NVLS_CHUNK_HALVING = ((64, 65536), (8, 32768), (2, 16384))  # (x ops x chunk, the smaller chunk)
+NVLS_PIPELINE_STAGES = {"allreduce": 3, "allgather": 2, "reduce_scatter": 2}
+# NCCL 2.28 replaced 2.21's NVLS algBw = 5/6 x busBw by a bandwidth per NVLS graph channel of bwIntra x efficiency x
+# (nChannels - 1) / nChannels, x 2 for allreduce ("AllReduce pipelines two operations"), x (ppn - 1) / ppn otherwise;
+# allreduce's algBw is then busBw x nRanks / (2 (nRanks - 1)), allgather's and reduce-scatter's is busBw
+# (tag v2.30.7-1, src/graph/tuning.cc 139-144 and 307-318, 376-381). Efficiency by architecture: Hopper, Blackwell.
+NVLS_EFFICIENCY_V2_28 = {90: 0.85, 100: 0.74}
 SPEEDS_INTRA = (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)  # before sm90 (850)
 SPEEDS_INTRA_SM90 = (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0)  # sm90 and later (855)
 # treeCorrectionFactor[protocol][log2(nBytes / 64)] for 64 B .. 256 MiB (tuning.cc 412-416)
