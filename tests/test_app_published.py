@@ -49,7 +49,7 @@ def test_summary_says_where_the_model_holds(frame) -> None:
     assert s.loc[A100, "mid_median_error"] > 0.10  # the mid sizes ramp up more slowly than the model
     text = dp.published_verdict(dp.published_summary(frame))
     assert "holds within 10% on 8xA100-NVLink (stas00), 8xH200-NVLink (stas00), 2x8 H100 (A3 Mega)" in text
-    assert "8xH200 nccl-tests allreduce sweep (stas00) (median error" in text  # the last system that holds
+    assert "8xH100 nccl-tests allreduce (nccl-tests #290) (median error" in text  # the last system that holds
     assert "8xH200-NVLink (stas00) timed one call at a time on an idle device" in text and "(25 us" in text
     assert list(s["timing"]).count("one_call_idle_device") == 1
     assert "mid sizes" in text and "NVLS on H200" not in text and "PCIe without P2P" in text

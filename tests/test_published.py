@@ -117,6 +117,18 @@ def test_nvls_from_four_pipeline_steps_within_10_percent() -> None:
         assert all(abs(e) <= 0.10 for e in errors.values()), (system, errors)
 
 
+def test_a_held_out_h100_table_within_10_percent() -> None:
+    # nccl-tests issue #290 (8x H100, 128 MiB - 4 GiB), found and transcribed by a helper after the NVLS fill and
+    # NCCL 2.28 bandwidth were in, and compared once by a rule written before (median |error| <= 5%, max <= 10%,
+    # median below the model without them): +5.7, +6.1, +5.6, -1.4, -0.3, -0.4% (median 1.4%; it was 1.6% with
+    # a max of +16.1% at 128 MiB before). 128 MiB by hand: chunk 64 KiB, fill 2 x 128 x 64 KiB / 272 GB/s =
+    # 61.7 us, 25 + 134217728 / 272e3 + 61.7 = 580.1 us -> busbw 134217728 / 580.1 us x 14/8 = 404.9 GB/s
+    rows = _table("8xH100 nccl-tests allreduce (nccl-tests #290)")
+    assert len(rows) == 6 and {r["algorithm"] for r in rows.values()} == {"nvls"}
+    assert rows[2**27]["predicted_busbw_GBps"] == pytest.approx(404.9, abs=0.1)
+    assert all(abs(r["busbw_error"]) <= 0.10 for r in rows.values())
+
+
 @pytest.mark.xfail(strict=True, reason="NVLS with one or two pipeline steps per channel (2 to 8 MiB): the fill "
                    "prices each of the kernel's three stages at the balanced pipeline's step time, but a stage that "
                    "runs alone goes faster; -7..-17% busbw against nccl-tests 2.30.7 (2 MiB: -17.4%)")
@@ -189,10 +201,11 @@ def test_published_regimes_summarise_the_comparison_per_size_regime() -> None:
         r = regimes[label]
         assert r["points"] == len(errors) and r["median_error"] == pytest.approx(float(np.median(errors)))
         assert r["max_abs_error"] == pytest.approx(max(abs(e) for e in errors))
-    # the NCCL model: the bandwidth regime is met (median within 1%), the mid sizes are not (+26.9%: the 8x A100
-    # and PCIe tables, faster than measured there; +37.0% before the NVLS pipeline fill and NCCL 2.28 bandwidth)
+    # the NCCL model: the bandwidth regime is met (median within 1%), the mid sizes are not (+24.7%: the 8x A100
+    # and PCIe tables, faster than measured there; +37.0% before the NVLS pipeline fill, NCCL 2.28's bandwidth
+    # and the #290 table)
     assert abs(regimes["bandwidth (>= 1 GiB)"]["median_error"]) < 0.01
-    assert regimes["mid (1 MiB - 1 GiB)"]["median_error"] == pytest.approx(0.269, abs=0.005)
+    assert regimes["mid (1 MiB - 1 GiB)"]["median_error"] == pytest.approx(0.247, abs=0.005)
     assert reference.published_regimes("gloo") == {}
 
 
