@@ -103,10 +103,6 @@ def published_verdict(summary: pd.DataFrame, tolerance: float = TOLERANCE) -> st
         notes.append(f"{', '.join(timed_alone)} timed one call at a time on an idle device, so the prediction adds "
                      f"PyTorch's host overhead per call ({cm.harness('one_call_idle_device').exposed_host_s * 1e6:.0f} "
                      "us, costmodels.harness)")
-    if misses["environment"].str.contains("noP2P").any():
-        notes.append("PCIe without P2P: NCCL's host-memory path runs 11.1 GB/s one way but 3.2-4.0 GB/s each way when "
-                     "both directions run at once, as in a ring; the preset carries the one-way copy rate and the "
-                     "shared PCIe uplink is not modelled")
     if notes:
         parts.append("Notes: " + "; ".join(notes) + ".")
     return " ".join(parts)

@@ -206,17 +206,22 @@ _preset(
 _preset(
     name="PCIe3x16-noP2P",
     alpha=NCCL_LL_LATENCY_PCI,
-    beta=1 / (5.7 * GB),
+    beta=1 / (3.9 * GB),
     gamma=3 / 616e9,
     link="pcie",
     library="nccl",
     compute_capability=75,
-    description="PCIe 3.0 x16 GPUs without peer-to-peer (host-staged): 5.7 GB/s achieved (12 GB/s nominal)",
+    description="PCIe 3.0 x16 GPUs without peer-to-peer (NCCL's SHM transport through host memory): 3.9 GB/s achieved "
+                "each way with both directions busy, as a ring runs (12 GB/s nominal; 10.3 GB/s one way)",
     source=(
-        "ACHIEVED: cuda-samples p2pBandwidthLatencyTest with P2P disabled, 2x RTX 2080 Ti on one PCIe 3.0 switch: "
-        "5.71 / 5.70 GB/s unidirectional (github.com/Anthony-Hoo/Anthony-Hoo.github.io posts/AutoDL_Multi-GPU_"
-        "Interconnection_Test.md @37e805e8); nominal PCIe 3.0 x16 is 12 GB/s as NCCL models it; alpha 1.0 us: "
-        "NCCL tuning.cc PCI hwLat (Ring, LL); gamma: RTX 2080 Ti 616 GB/s GDDR6; cc 7.5 (no LL128)"
+        "ACHIEVED: NCCL's SHM transport on 2 GPUs over PCIe 3.0 x16 with P2P disabled, nccl-tests peak busbw: "
+        "allreduce 3.9, allgather and reduce-scatter 3.17 GB/s, broadcast 10.31 and reduce 9.62 GB/s (one way); "
+        "NCCL answers that some CPUs handle bidirectional traffic poorly (github.com/NVIDIA/nccl/issues/384, NCCL "
+        "2.4.8). cudaMemcpyPeer's host-staged copy measures 5.71 GB/s one way (p2pBandwidthLatencyTest, 2x RTX "
+        "2080 Ti, github.com/Anthony-Hoo/Anthony-Hoo.github.io posts/AutoDL_Multi-GPU_Interconnection_Test.md "
+        "@37e805e8), but NCCL does not take that path. One bandwidth for both directions: p = 2 broadcast and "
+        "reduce, which flow one way, are priced 2.6x too slow. Nominal PCIe 3.0 x16 is 12 GB/s as NCCL models it; "
+        "alpha 1.0 us: NCCL tuning.cc PCI hwLat (Ring, LL); gamma: RTX 2080 Ti 616 GB/s GDDR6; cc 7.5 (no LL128)"
     ),
 )
 # -------------------------------------------------------------------------------- NVLink

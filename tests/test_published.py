@@ -137,14 +137,26 @@ def test_nvls_mid_sizes_within_10_percent() -> None:
     assert all(abs(r["busbw_error"]) <= 0.10 for n, r in rows.items() if 2**21 <= n < 2**30)
 
 
-@pytest.mark.xfail(strict=True, reason="PCIe without peer-to-peer (NCCL's SHM transport through host memory): one "
-                   "direction alone runs at 11.1 GB/s (broadcast and reduce in the same post), both at once at 4.0 "
-                   "(allreduce) and 3.2-3.8 GB/s each (allgather); the preset carries cudaMemcpyPeer's one-way "
-                   "5.7 GB/s and the model has no term for both directions sharing the PCIe switch's uplink (+42% "
-                   "allreduce, +50..77% allgather)")
 @pytest.mark.parametrize("op", ["allreduce", "allgather"])
 def test_pcie_without_p2p_within_10_percent(op: str) -> None:
+    # the preset carries NCCL's SHM rate with both directions busy, 3.9 GB/s, measured on another PCIe 3.0 x16
+    # machine (NVIDIA/nccl#384); this machine: allreduce 4.00 (3.9 / 4.00 - 1 = -2.5%), allgather 3.79 at 1 GiB
+    # (3.9 / 3.79 - 1 = +2.9%). With cudaMemcpyPeer's one-way 5.7 GB/s it was +42% and +50%
     assert all(abs(e) <= 0.10 for _, e in _errors(f"2xRTX2080Ti-PCIe-noP2P {op}"))
+
+
+def test_pcie_without_p2p_allreduce_within_5_percent_from_1_mib() -> None:
+    rows = _table("2xRTX2080Ti-PCIe-noP2P allreduce")
+    errors = [r["busbw_error"] for n, r in rows.items() if n >= 2**20]
+    assert len(errors) == 11 and all(-0.05 <= e <= 0 for e in errors), errors  # -3.3 .. -2.4%
+
+
+@pytest.mark.xfail(strict=True, reason="NCCL allgather on 2 GPUs over SHM runs 15-20% below the allreduce's "
+                   "rate each way (3.17 against 3.9 GB/s on nccl#384, 3.2-3.4 against 4.0 here below 1 GiB); one "
+                   "bandwidth per environment prices both alike (+15..+22% busbw from 1 MiB to 512 MiB)")
+def test_pcie_without_p2p_allgather_mid_sizes_within_10_percent() -> None:
+    rows = _table("2xRTX2080Ti-PCIe-noP2P allgather")
+    assert all(abs(r["busbw_error"]) <= 0.10 for n, r in rows.items() if 2**20 <= n < 2**30)
 
 
 def test_every_published_point_has_a_prediction() -> None:
@@ -201,11 +213,12 @@ def test_published_regimes_summarise_the_comparison_per_size_regime() -> None:
         r = regimes[label]
         assert r["points"] == len(errors) and r["median_error"] == pytest.approx(float(np.median(errors)))
         assert r["max_abs_error"] == pytest.approx(max(abs(e) for e in errors))
-    # the NCCL model: the bandwidth regime is met (median within 1%), the mid sizes are not (+24.7%: the 8x A100
-    # and PCIe tables, faster than measured there; +37.0% before the NVLS pipeline fill, NCCL 2.28's bandwidth
-    # and the #290 table)
+    # the NCCL model: the bandwidth regime is met (median within 1%); at mid sizes the median is +3.0% but the
+    # spread is wide (the 8x A100 table's slow ramp, +25..+215%); +37.0% before the NVLS pipeline fill, NCCL 2.28's
+    # NVLS bandwidth, the PCIe preset's SHM rate and the #290 table
     assert abs(regimes["bandwidth (>= 1 GiB)"]["median_error"]) < 0.01
-    assert regimes["mid (1 MiB - 1 GiB)"]["median_error"] == pytest.approx(0.247, abs=0.005)
+    assert regimes["mid (1 MiB - 1 GiB)"]["median_error"] == pytest.approx(0.030, abs=0.005)
+    assert regimes["mid (1 MiB - 1 GiB)"]["max_abs_error"] > 1.0
     assert reference.published_regimes("gloo") == {}
 
 
