@@ -228,6 +228,18 @@ def test_plan_profiles_mgwfbp_from_this_run(tmp_path) -> None:
     assert plan["sweep"]["ops"] == ["allreduce", "allgather", "reduce_scatter"]
     # the link is fitted as an iteration sends its messages: back to back, each rank's calls summed
     assert (plan["fit_method"], plan["fit_statistic"]) == ("two_regimes", "chain")
+    # alpha from the sizes below 64 KiB; 100 timed iterations for every size below 4 MiB (4 B .. 1 MiB by 4x:
+    # 64 KiB, 256 KiB and 1 MiB scatter 2-5x between iterations on shared cores), 10 for 4 and 16 MiB
+    sw = plan["sweep"]
+    assert (sw["latency_bytes"], sw["latency_iters_below"], sw["latency_iters"], sw["iters"]) == \
+        (65536, 4 * 2**20, 100, 10)
+    from runners.validate.rank import sweep_parts
+
+    small = [4 * 4**k for k in range(10)]  # 4 B .. 1 MiB
+    assert sweep_parts(sw) == [(small, 100), ([4 * 2**20, 16 * 2**20], 10)]
+    # a plan written before latency_iters_below: the 100 iterations stop at latency_bytes, as they did
+    old = {k: v for k, v in sw.items() if k != "latency_iters_below"}
+    assert sweep_parts(old) == [(small[:7], 100), ([*small[7:], 4 * 2**20, 16 * 2**20], 10)]  # 4 B .. 16 KiB
     json.dumps(plan)  # what the rank side reads
 
 

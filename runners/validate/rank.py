@@ -77,6 +77,16 @@ def sweep_sizes(sw: dict[str, Any]) -> list[int]:
     return sizes
 
 
+def sweep_parts(sw: dict[str, Any]) -> list[tuple[list[int], int]]:
+    """The sweep's sizes in the parts timed with as many iterations: those below ``latency_iters_below`` (a plan
+    without it: ``latency_bytes``) ``latency_iters`` times, the rest ``iters`` times; empty parts left out."""
+    many_below = int(sw.get("latency_iters_below", sw.get("latency_bytes", 0)))
+    sizes = sweep_sizes(sw)
+    parts = [([n for n in sizes if n < many_below], int(sw.get("latency_iters", sw["iters"]))),
+             ([n for n in sizes if n >= many_below], int(sw["iters"]))]
+    return [(part, iters) for part, iters in parts if part]
+
+
 def fit_link(records: Path, plan: dict[str, Any], per_primitive: bool = True) -> Any:
     """The link's environment fitted to its sweep as the plan says (``fit_method: two_regimes``: alpha from the
     latency-bound sizes, beta from the bandwidth-bound ones, where the sweep reaches both; else one fit); each
@@ -120,15 +130,10 @@ def run(ctx: Any, plan: dict[str, Any]) -> int:
     ctx.torch.set_num_threads(threads)
     sw = plan["sweep"]
     _say(ctx, f"{PROGRESS}stage 1/{stages}: sweep {','.join(sw['ops'])}")
-    lat_bytes = int(sw.get("latency_bytes", 0))
-    sizes = sweep_sizes(sw)
-    small = [n for n in sizes if n < lat_bytes]  # latency-bound sizes: more iterations
-    large = [n for n in sizes if n >= lat_bytes]
-    for part, iters in ((small, sw.get("latency_iters", sw["iters"])), (large, sw["iters"])):
-        if part:
-            opts = sweep.make_options(op=sw["ops"], min_size=part[0], max_size=part[-1], factor=float(sw["factor"]),
-                                      warmup=sw["warmup"], iters=iters, out=str(records), timeout=plan["timeout"])
-            sweep.sweep(ctx, opts)
+    for part, iters in sweep_parts(sw):  # sizes whose time scatters: more iterations
+        opts = sweep.make_options(op=sw["ops"], min_size=part[0], max_size=part[-1], factor=float(sw["factor"]),
+                                  warmup=sw["warmup"], iters=iters, out=str(records), timeout=plan["timeout"])
+        sweep.sweep(ctx, opts)
 
     probe_and_keep(ctx, records, {"after": "sweep"})  # the latency the fit saw (latency.py)
     _say(ctx, f"{PROGRESS}stage 2/{stages}: fit")

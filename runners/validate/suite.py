@@ -13,7 +13,11 @@ from typing import Any
 from costmodels.errors import CommscopeError
 from runners.calibrate.cells import SWEEP_ALGORITHM, SWEEP_STATISTIC
 
-LATENCY_BYTES = 64 * 1024  # sweep sizes below this are latency-bound: Suite.latency_iters iterations each
+LATENCY_BYTES = 64 * 1024  # sweep sizes below this are latency-bound: the fit takes alpha from them
+# sweep sizes below this get Suite.latency_iters iterations: on shared cores a message's time up to 1 MiB scatters
+# 2-5x between iterations (p10 to p90 at 2.5 Gbit/s on 4 ranks over 2 cores), and with 10 iterations the mean's
+# standard error (up to 20%) exceeded every miss of the sweep fit (bench/bench_library_fit.py)
+MANY_ITERATIONS_BELOW = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -29,7 +33,7 @@ class Suite:
     sweep_ops: tuple[str, ...] = ("allreduce", "allgather", "reduce_scatter")
     sweep_sizes: tuple[str, str, float] = ("4", "4MiB", 4.0)
     sweep_iters: tuple[int, int] = (2, 10)  # warm-up, timed
-    latency_iters: int = 100  # timed iterations of sizes below LATENCY_BYTES: their latency is bimodal on shared cores
+    latency_iters: int = 100  # timed iterations of sizes below MANY_ITERATIONS_BELOW: bimodal on shared cores
     profile_iters: tuple[int, int] = (3, 10)
     extra_models: tuple[tuple[str, int], ...] = ()  # more (model, batch size) workloads after the first
     repeats: int = 1  # times each technique is trained, in rotated order (the spread over repetitions)
@@ -105,7 +109,8 @@ def make_plan(suite: Suite, envdir: Path, ranks: int, ranks_per_node: int, threa
             "sweep": {"ops": list(suite.sweep_ops), "min_size": suite.sweep_sizes[0],
                       "max_size": suite.sweep_sizes[1], "factor": suite.sweep_sizes[2],
                       "warmup": suite.sweep_iters[0], "iters": suite.sweep_iters[1],
-                      "latency_iters": suite.latency_iters, "latency_bytes": LATENCY_BYTES},
+                      "latency_iters": suite.latency_iters, "latency_bytes": LATENCY_BYTES,
+                      "latency_iters_below": MANY_ITERATIONS_BELOW},
             "profile": {"warmup": suite.profile_iters[0], "iterations": suite.profile_iters[1]},
             "techniques": first["techniques"], "iterations": suite.iterations, "warmup": suite.warmup,
             "records": str(envdir / "records.jsonl"), "environment": str(envdir / "environment.json"),
