@@ -8,6 +8,9 @@ environment fitted by the run (``environment.json``: alpha, beta, gamma) prices 
 ``collective=None`` under ``--library`` (what the library would run, :func:`costmodels.choose`), and the
 error |predicted / measured - 1| of the message time (the statistic the run fitted: the mean) is reported
 per (environment, primitive) for sizes of at least ``--min-size``. Goal: median <= 5% in every pair.
+Beside it, the measurement's own uncertainty: each point's standard error (the spread of its timed iterations
+over their square root, relative to the time) and the part of its error beyond two standard errors; a pair
+whose error beyond that is 0 missed by no more than its sweep can tell.
 ``--json`` prints one JSON object. Exit code 2 with one line on bad input.
 """
 
@@ -23,6 +26,13 @@ from typing import Any
 import numpy as np
 
 GOAL_MEDIAN = 0.05
+
+
+def standard_error(record: dict[str, Any]) -> float:
+    """The standard error (s) of a sweep record's mean time: the sample standard deviation of its timed iterations
+    over the square root of their number; NaN with fewer than two."""
+    times = np.asarray(record["result"].get("times") or [], dtype=np.float64)
+    return float(times.std(ddof=1) / np.sqrt(times.size)) if times.size > 1 else float("nan")
 
 
 def measure(root: Path, library: str = "gloo", min_size: str = "64KiB") -> dict[str, Any]:
@@ -42,16 +52,20 @@ def measure(root: Path, library: str = "gloo", min_size: str = "64KiB") -> dict[
         plan = json.loads((d / "plan.json").read_text()) if (d / "plan.json").is_file() else {}
         statistic = plan.get("fit_statistic", "median")  # the statistic the environment was fitted to
         recs = rs.load(d / "records.jsonl").of_kind("collective")
-        by: dict[str, list[tuple[int, int, float]]] = {}
+        by: dict[str, list[tuple[int, int, float, float]]] = {}
         for r in recs:
             if r["config"]["bytes"] >= min_bytes:
+                t = record_time(r, statistic)
                 by.setdefault(r["config"]["op"], []).append(
-                    (int(r["config"]["bytes"]), int(r["run"]["world_size"]), record_time(r, statistic)))
+                    (int(r["config"]["bytes"]), int(r["run"]["world_size"]), t, standard_error(r) / t))
         for op, pts in sorted(by.items()):
-            n, p, t = (np.array(x) for x in zip(*pts, strict=True))
+            n, p, t, se = (np.array(x) for x in zip(*pts, strict=True))
             choice = cm.choose(op, n, p, env)
             err = np.abs(choice.time / t - 1.0)
+            beyond = np.maximum(err - 2.0 * se, 0.0)  # NaN where a point has one iteration: no uncertainty known
             out[f"{d.name}/{op}"] = {"points": len(t), "median": float(np.median(err)), "max": float(err.max()),
+                                     "median_standard_error": float(np.median(se)),
+                                     "median_beyond_2se": float(np.median(beyond)),
                                      "algorithms": sorted(set(np.asarray(choice.algorithm).ravel().tolist())),
                                      "met": bool(np.median(err) <= GOAL_MEDIAN)}
     return {"root": str(root), "library": library, "min_size": min_size, "goal": f"median <= {GOAL_MEDIAN:.0%}",
@@ -78,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{res['root']}: library {res['library']}, sizes >= {res['min_size']} (goal {res['goal']})")
     for k, v in res["pairs"].items():
         print(f"  {k:>28}: median {v['median']:6.1%}  max {v['max']:6.1%}  over {v['points']:3d}  "
+              f"(standard error {v['median_standard_error']:5.1%}, beyond 2 s.e. {v['median_beyond_2se']:5.1%})  "
               f"{','.join(v['algorithms'])}  {'met' if v['met'] else 'MISSED'}")
     print(f"goal met in {res['met']} of {res['of']} pairs")
     return 0
