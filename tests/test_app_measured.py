@@ -285,7 +285,7 @@ def test_measured_page_renders(measured: AppTest) -> None:
                                                             "meas_param_chart"]
     assert not measured.error
     # it opens on the newest run (runners.reference.DEFAULT_RUN), whose three links' fits pass every guard
-    assert measured.radio(key="meas_run").value == reference.DEFAULT_RUN == "validation-run5"
+    assert measured.radio(key="meas_run").value == reference.DEFAULT_RUN == "validation-run6"
     assert not measured.warning
     # the first run: the only warnings are each link's fit, guarded (RMS error above 15% on two of the three
     # links; the 2.5 Gbit/s one, fitted per code path, is at 13.9%)
@@ -327,8 +327,8 @@ def test_measured_page_shows_either_shipped_run(measured: AppTest) -> None:
     def right() -> dict[str, str]:
         return {m.label.split(", ", 1)[1]: m.value for m in measured.metric}
 
-    assert right() == {"(a) sweep only": "3 of 6", "(b) calibrated, technique left out": "6 of 6",
-                       "(c) shipped defaults": "5 of 6"}  # the newest run, validation-run5, first
+    assert right() == {"(a) sweep only": "4 of 6", "(b) calibrated, technique left out": "6 of 6",
+                       "(c) shipped defaults": "6 of 6"}  # the newest run, validation-run6, first
     measured.radio(key="meas_run").set_value("validation").run()
     assert right() == {"(a) sweep only": "2 of 6", "(b) calibrated, technique left out": "4 of 6",
                        "(c) shipped defaults": "4 of 6"}
@@ -351,8 +351,8 @@ def test_measured_page_shows_measured_negotiations_where_the_run_counted_them(me
     def negotiations() -> list:
         return [d.value for d in measured.dataframe if "measured ms per batch" in d.value.columns]
 
-    (table,) = negotiations()  # the newest run, validation-run5, the first with the runner's counters
-    assert len(table) == 6 and table["measured ms per batch"].iloc[0] == 15.44  # 200 Mbit/s, resnet_small
+    (table,) = negotiations()  # the newest run, validation-run6 (validation-run5 was the first with the counters)
+    assert len(table) == 6 and table["measured ms per batch"].iloc[0] == 15.34  # 200 Mbit/s, resnet_small
     measured.radio(key="meas_run").set_value("validation").run()
     assert not measured.exception, measured.exception
     assert negotiations() == []  # the first run's records predate the runner's counters

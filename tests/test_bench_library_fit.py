@@ -33,7 +33,7 @@ def test_standard_error_of_a_records_mean_by_hand() -> None:
 
 def test_each_pair_reports_its_sweeps_uncertainty() -> None:
     bench = _bench()
-    run = ROOT / "bench" / "results" / "validation_4ranks_run12"
+    run = reference.run_dir("validation-run6")
     res = bench.measure(run)
     assert res["of"] == 9 and res["met"] == 8  # the held-out run with 100 iterations below 4 MiB
     for pair in res["pairs"].values():

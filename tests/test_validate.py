@@ -282,7 +282,7 @@ def test_shipped_runs_are_named() -> None:
     assert reference.run_dir() == reference.VALIDATION_DIR
     assert reference.run_dir("validation-rerun") == reference.VALIDATION_DIR.parent / "validation-rerun"
     with pytest.raises(KeyError, match="no shipped validation run 'nope'; shipped: validation, validation-rerun, "
-                                       "validation-run3, validation-run4, validation-run5"):
+                                       "validation-run3, validation-run4, validation-run5, validation-run6"):
         reference.run_dir("nope")
 
 

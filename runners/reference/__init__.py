@@ -48,7 +48,8 @@ RUNS = {"validation": "2026-11-24, a busy host (other work 0-6% of the CPUs)",
         "validation-rerun": "2026-11-27, the same command on a quiet host",
         "validation-run3": "2026-11-27, a third run on a quiet host, fitted as today (gamma where it earns it)",
         "validation-run4": "2026-11-28, a quiet host, the exact runners keeping their flat buffers across steps",
-        "validation-run5": "2026-11-29, a quiet host, the runners counting what each technique did per step"}
+        "validation-run5": "2026-11-29, a quiet host, the runners counting what each technique did per step",
+        "validation-run6": "2026-11-29, a quiet host, the sweep timing every size below 4 MiB 100 times"}
 #: the run the app opens on: the newest (RUNS is in the order they were made), so made with today's exact runners;
 #: the first, ``validation``, stays the functions' default and every test's fixture
 DEFAULT_RUN = list(RUNS)[-1]
