@@ -27,6 +27,8 @@ What commscope adds (derived here), so that the same model prices the real netwo
   with its own constants (:attr:`Option.estimate`), as the real library does.
 * **reduction pipelined with the transfer.** NCCL reduces in the kernel that moves the data: a message
   costs ``lat + max(transfer, reduction)``, with ``gamma`` per byte reduced ((p-1)/p of n per rank).
+* **NVLS as its kernel runs.** The price (not the estimate) takes NCCL 2.28's NVLS bandwidth and the three-stage
+  kernel's pipeline fill (:mod:`.nccl_nvls`); the switch reduces, so no gamma.
 * NCCL's channel count comes from its topology search; here ``nChannels = clip(ceil(busBw / 20 GB/s), 2, 32)``
   (20 GB/s: one NVLink, the per-channel speed its search settles on). It only sets the LL128 and tree caps.
 * broadcast and reduce take ring latency with the same step counts (NCCL prices them per step without
