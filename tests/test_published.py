@@ -70,6 +70,12 @@ def _table(system: str) -> dict[int, dict]:
     return {r["bytes"]: r for r in reference.published_comparison(system)}
 
 
+def _all_within(system: str, low: int, high: int, tolerance: float = 0.10) -> bool:
+    """Whether every point of ``system`` from ``low`` to below ``high`` bytes is within ``tolerance`` busbw."""
+    rows = _table(system)
+    return all(abs(r["busbw_error"]) <= tolerance for n, r in rows.items() if low <= n < high)
+
+
 def test_one_call_timing_holds_pytorchs_host_overhead() -> None:
     # The same 8x H200 node timed two ways (runners/reference/published/sources.json): one dist.all_reduce per trial
     # on an idle device, and calls queued back to back. Their difference per call is flat over three decades of
@@ -133,8 +139,7 @@ def test_a_held_out_h100_table_within_10_percent() -> None:
                    "prices each of the kernel's three stages at the balanced pipeline's step time, but a stage that "
                    "runs alone goes faster; -7..-17% busbw against nccl-tests 2.30.7 (2 MiB: -17.4%)")
 def test_nvls_mid_sizes_within_10_percent() -> None:
-    rows = _table("8xH200 nccl-tests allreduce sweep (stas00)")
-    assert all(abs(r["busbw_error"]) <= 0.10 for n, r in rows.items() if 2**21 <= n < 2**30)
+    assert _all_within("8xH200 nccl-tests allreduce sweep (stas00)", 2**21, 2**30)
 
 
 @pytest.mark.parametrize("op", ["allreduce", "allgather"])
@@ -155,8 +160,7 @@ def test_pcie_without_p2p_allreduce_within_5_percent_from_1_mib() -> None:
                    "rate each way (3.17 against 3.9 GB/s on nccl#384, 3.2-3.4 against 4.0 here below 1 GiB); one "
                    "bandwidth per environment prices both alike (+15..+22% busbw from 1 MiB to 512 MiB)")
 def test_pcie_without_p2p_allgather_mid_sizes_within_10_percent() -> None:
-    rows = _table("2xRTX2080Ti-PCIe-noP2P allgather")
-    assert all(abs(r["busbw_error"]) <= 0.10 for n, r in rows.items() if 2**20 <= n < 2**30)
+    assert _all_within("2xRTX2080Ti-PCIe-noP2P allgather", 2**20, 2**30)
 
 
 def test_every_published_point_has_a_prediction() -> None:
