@@ -8,9 +8,10 @@ environment fitted by the run (``environment.json``: alpha, beta, gamma) prices 
 ``collective=None`` under ``--library`` (what the library would run, :func:`costmodels.choose`), and the
 error |predicted / measured - 1| of the message time (the statistic the run fitted: the mean) is reported
 per (environment, primitive) for sizes of at least ``--min-size``. Goal: median <= 5% in every pair.
-Beside it, the measurement's own uncertainty: each point's standard error (the spread of its timed iterations
-over their square root, relative to the time) and the part of its error beyond two standard errors; a pair
-whose error beyond that is 0 missed by no more than its sweep can tell.
+Beside it, the measurement's own uncertainty: each point's relative standard error (the fit's own
+``record_se``: the spread of its timed iterations over their square root, relative to the time) and the part of
+its error beyond two standard errors; a pair whose error beyond that is 0 missed by no more than its sweep can
+tell.
 ``--json`` prints one JSON object. Exit code 2 with one line on bad input.
 """
 
@@ -28,18 +29,11 @@ import numpy as np
 GOAL_MEDIAN = 0.05
 
 
-def standard_error(record: dict[str, Any]) -> float:
-    """The standard error (s) of a sweep record's mean time: the sample standard deviation of its timed iterations
-    over the square root of their number; NaN with fewer than two."""
-    times = np.asarray(record["result"].get("times") or [], dtype=np.float64)
-    return float(times.std(ddof=1) / np.sqrt(times.size)) if times.size > 1 else float("nan")
-
-
 def measure(root: Path, library: str = "gloo", min_size: str = "64KiB") -> dict[str, Any]:
     """Per (environment, primitive): count, median and max relative error, and the algorithms chosen."""
     import costmodels as cm
     from runners import results as rs
-    from runners.measure.fit.records import record_time
+    from runners.measure.fit.records import record_se, record_time
 
     min_bytes = cm.parse_size(min_size)
     envdirs = sorted(d for d in root.iterdir()
@@ -55,14 +49,13 @@ def measure(root: Path, library: str = "gloo", min_size: str = "64KiB") -> dict[
         by: dict[str, list[tuple[int, int, float, float]]] = {}
         for r in recs:
             if r["config"]["bytes"] >= min_bytes:
-                t = record_time(r, statistic)
-                by.setdefault(r["config"]["op"], []).append(
-                    (int(r["config"]["bytes"]), int(r["run"]["world_size"]), t, standard_error(r) / t))
+                by.setdefault(r["config"]["op"], []).append((int(r["config"]["bytes"]), int(r["run"]["world_size"]),
+                                                             record_time(r, statistic), record_se(r, statistic)))
         for op, pts in sorted(by.items()):
             n, p, t, se = (np.array(x) for x in zip(*pts, strict=True))
             choice = cm.choose(op, n, p, env)
             err = np.abs(choice.time / t - 1.0)
-            beyond = np.maximum(err - 2.0 * se, 0.0)  # NaN where a point has one iteration: no uncertainty known
+            beyond = np.maximum(err - 2.0 * se, 0.0)  # a point of one iteration has se 0: all its error counts
             out[f"{d.name}/{op}"] = {"points": len(t), "median": float(np.median(err)), "max": float(err.max()),
                                      "median_standard_error": float(np.median(se)),
                                      "median_beyond_2se": float(np.median(beyond)),

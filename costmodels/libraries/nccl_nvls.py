@@ -41,8 +41,8 @@ def nvls_pipeline_fill(primitive: str, n: Any, ppn: Any, inv_bw: Any) -> np.ndar
     starves the reduction), a step takes tau = ops x chunk / algBw at the pipeline's rate, and N steps take
     (N + S - 1) tau: the fill is (S - 1) tau, one step of less than nHeads x chunk when the channel holds less.
     NCCL's tuning model leaves it out (it prices lat + n / algBw), so it moves the price, not the choice.
-    8 x H200 (ppn 8, ops 128, algBw 5/6 x 8 x 40 = 266.7 GB/s), allreduce of 8 MiB: chunk 32 KiB, steps of
-    4 MiB, fill 2 x 4 MiB / 266.7 GB/s = 31.5 us; of 1 GiB: 2 x 16 MiB / 266.7 GB/s = 125.8 us."""
+    8 x H200 (ppn 8, ops 128, the price's algBw 272 GB/s: :func:`nvls_bandwidth`), allreduce of 8 MiB: chunk
+    32 KiB, steps of 4 MiB, fill 2 x 4 MiB / 272 GB/s = 30.8 us; of 1 GiB: 2 x 16 MiB / 272 GB/s = 123.4 us."""
     ops = tables.NVLS_CHANNELS * np.asarray(ppn, dtype=np.float64)
     step = np.minimum(n, ops * nvls_chunk(n, ops))
     return (tables.NVLS_PIPELINE_STAGES[primitive] - 1) * step * inv_bw

@@ -30,7 +30,7 @@ from typing import Any
 from costmodels.errors import CommscopeError
 from runners.calibrate.cells import SWEEP_ALGORITHM, SWEEP_STATISTIC
 
-from .rank import PROGRESS, _agree, _profile, _say, fit_link, load_plan, sweep_sizes, torchrun_node
+from .rank import PROGRESS, _agree, _profile, _say, fit_link, load_plan, sweep_parts, torchrun_node
 
 
 def _stages(plan: dict[str, Any]) -> int:
@@ -64,13 +64,10 @@ def _sweep_and_fit(ctx: Any, plan: dict[str, Any]) -> None:
     from runners.measure import sweep
 
     sw, records = plan["sweep"], Path(plan["records"])
-    sizes = sweep_sizes(sw)
-    for part, iters in (([n for n in sizes if n < sw["latency_bytes"]], sw["latency_iters"]),
-                        ([n for n in sizes if n >= sw["latency_bytes"]], sw["iters"])):
-        if part:
-            sweep.sweep(ctx, sweep.make_options(op=sw["ops"], min_size=part[0], max_size=part[-1],
-                                                factor=float(sw["factor"]), warmup=sw["warmup"], iters=iters,
-                                                out=str(records), timeout=plan["timeout"]))
+    for part, iters in sweep_parts(sw):
+        sweep.sweep(ctx, sweep.make_options(op=sw["ops"], min_size=part[0], max_size=part[-1],
+                                            factor=float(sw["factor"]), warmup=sw["warmup"], iters=iters,
+                                            out=str(records), timeout=plan["timeout"]))
     if ctx.rank == 0:
         res = fit_link(records, {**plan, **LINK_FIT})
         res.environment.save(plan["environment"])
