@@ -17,9 +17,10 @@ Part 1 (any machine, seconds): ``torch.empty(n).copy_(src)`` (a fresh buffer) ag
 reused buffer), one thread, median of ``repeat`` calls per size: seconds per byte of each, and their ratio.
 Part 2 (``--emulate RATE``, root): ``commscope bench collectives`` of allreduce, allgather and reduce_scatter from
 8 to 64 MiB on ``nodes`` emulated nodes (one gloo rank each): time and CPU per call, and each op's seconds per
-byte relative to its own at 16 MiB. commscope's cost models do not price the first touch; a fitted gloo
-environment warns when it is used at 32 MiB or more beyond its records
-(``runners.measure.fit.plausibility.FRESH_MAPPING_BYTES``). ``--json`` prints one JSON object.
+byte relative to its own at 16 MiB. commscope's cost models price the reduce-scatter's fresh clone where the
+environment carries a measured ``host_fault`` (``costmodels/collectives/host_buffers.py``; ``commscope bench
+host-buffers``), not the all-gather's fresh output; a fitted gloo environment warns when it is used at 32 MiB or
+more beyond its records (``runners.measure.fit.plausibility.FRESH_MAPPING_BYTES``). ``--json`` prints one JSON object.
 
 Measured on the development VM, five quiet runs, one from a fresh clone (the first four in
 ``bench/results/bench_fresh_buffers.json``): a fresh buffer 0.46-0.52 ns/B from 32 MiB on against 0.06-0.08

@@ -45,6 +45,11 @@ cost per step is not the same. ``commscope fit`` fits each code path of a sweep 
 only where the AIC says the records show them (:mod:`runners.measure.fit.per_primitive`). Formula-priced
 libraries (``ideal``, ``gloo``, ``mpich``) apply them; NCCL's model carries its own per-collective constants,
 so an ``nccl`` environment takes none.
+
+And what a library's own host buffers cost (``HOST_BUFFERS``; :mod:`costmodels.collectives.host_buffers`): PyTorch's
+gloo backend clones a reduce-scatter's input and copies an all-gather's result out of a buffer of its own, so
+``host_copy`` (s per byte copied on a rank's host, as its ranks pay it together) and ``host_fault`` (s per byte of
+such a buffer that glibc maps afresh, every call above 32 MiB: a page fault per 4 KiB) price them. 0: free.
 """
 
 from __future__ import annotations
@@ -70,6 +75,10 @@ TERMS = {  # interference and per-message host overhead (issue 16): what each is
     "host_overhead": "seconds of the issuing thread per message, LogP's o",
     "contended_step": "least seconds per latency step of a message while compute runs",
     "compute_loss_step": "compute seconds lost per latency step of a message beside compute",
+}
+HOST_BUFFERS = {  # what a library's own host buffers cost (costmodels.collectives.host_buffers)
+    "host_copy": "seconds per byte a rank's host takes to copy a library buffer",
+    "host_fault": "seconds per byte of a library buffer mapped afresh (page faults)",
 }
 
 
@@ -123,6 +132,8 @@ class Environment:
         contended_step: least seconds per latency step of a message while compute runs (>= 0; 0: none).
         compute_loss_step: compute seconds a rank loses per latency step of a message beside it (>= 0; 0: none).
         burst_bytes: token bucket of the shaped inter-node (or only) link, bytes (>= 0; 0: no bucket).
+        host_copy, host_fault: s per byte of a library's own host buffer copies, and extra s per byte of such a
+            buffer mapped afresh (>= 0; 0: free; ``HOST_BUFFERS``).
         primitive_factors: ``((primitive, alpha factor, beta factor), ...)``: the link as that primitive's code
             path sees it, on both levels (a mapping ``{primitive: {"alpha": a, "beta": b}}`` is accepted too;
             entries of 1 and 1 are dropped). Empty: every primitive sees ``alpha`` and ``beta``.
@@ -152,6 +163,8 @@ class Environment:
     contended_step: float = 0.0
     compute_loss_step: float = 0.0
     burst_bytes: float = 0.0
+    host_copy: float = 0.0
+    host_fault: float = 0.0
     primitive_factors: tuple[tuple[str, float, float], ...] = ()
     name: str = "custom"
     description: str = ""
@@ -167,6 +180,8 @@ class Environment:
             set_(self, key, _check_real(f"{key} ({meaning})", getattr(self, key), allow_zero=True))
         set_(self, "burst_bytes", _check_real("burst_bytes (token bucket of the shaped link)", self.burst_bytes,
                                               allow_zero=True))
+        for key, meaning in HOST_BUFFERS.items():
+            set_(self, key, _check_real(f"{key} ({meaning})", getattr(self, key), allow_zero=True))
         set_(self, "primitive_factors", primitive_factors(self.primitive_factors))
         if self.primitive_factors and self.library == "nccl":
             raise CommscopeError("primitive_factors apply to formula-priced libraries (ideal, gloo, mpich); NCCL's "
@@ -255,9 +270,13 @@ class Environment:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["metadata"] = dict(self.metadata)
+        for key in HOST_BUFFERS:  # written only when set: every environment file from before reads the same
+            if not d[key]:
+                del d[key]
         factors = d.pop("primitive_factors")
         if factors:  # written only when set (after burst_bytes): every environment file from before reads the same
-            at = list(d).index("burst_bytes") + 1
+            at = list(d).index("host_fault" if "host_fault" in d else "host_copy" if "host_copy" in d
+                               else "burst_bytes") + 1
             items = list(d.items())
             mapping = {q: {"alpha": a, "beta": b} for q, a, b in factors}
             d = dict([*items[:at], ("primitive_factors", mapping), *items[at:]])
@@ -323,6 +342,8 @@ class Environment:
                 s += f", compute lost {self.compute_loss_step * 1e3:.3g} ms per step"
         if self.burst_bytes > 0:
             s += f"; token bucket {self.burst_bytes:,.0f} B"
+        if self.host_copy > 0 or self.host_fault > 0:
+            s += f"; host buffers {self.host_copy * 1e9:.3g} ns/B copied, {self.host_fault * 1e9:.3g} ns/B mapped"
         if self.primitive_factors:
             s += f"; {self.factors_text()}"
         if self.oversubscription > 1:

@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from .environment import TERMS, Environment
+from .environment import HOST_BUFFERS, TERMS, Environment
 from .errors import CommscopeError
 
 FIELDS = ("alpha", "beta", "gamma", "intra_alpha", "intra_beta", "gpus_per_node", "nics_per_node", "kappa_c", "kappa_m",
-          "host_overhead", "contended_step", "compute_loss_step", "burst_bytes")
-DEFAULTED = (*TERMS, "burst_bytes")  # fields that default to 0 in every entry
+          "host_overhead", "contended_step", "compute_loss_step", "burst_bytes", *HOST_BUFFERS)
+DEFAULTED = (*TERMS, "burst_bytes", *HOST_BUFFERS)  # fields that default to 0 in every entry
 DESCRIPTORS = ("library", "link", "intra_link", "compute_capability", "oversubscription", "nodes_per_leaf",
                "rail_optimized", "sharp", "nvls", "primitive_factors")
 
@@ -49,8 +49,8 @@ class EnvironmentArray:
     Build one with :meth:`of` (a list of environments) or :meth:`grid` (one environment with its
     inter-node alpha and/or beta swept over an outer product); ``names`` labels each entry;
     ``descriptors`` holds the fields that are not numbers, the same for every entry. ``kappa_c``,
-    ``kappa_m``, ``host_overhead``, ``contended_step`` and ``compute_loss_step`` (issue 16) and ``burst_bytes``
-    default to 0 in every entry.
+    ``kappa_m``, ``host_overhead``, ``contended_step`` and ``compute_loss_step`` (issue 16), ``burst_bytes``,
+    ``host_copy`` and ``host_fault`` default to 0 in every entry.
     """
 
     alpha: np.ndarray
@@ -68,6 +68,8 @@ class EnvironmentArray:
     contended_step: Any = 0.0
     compute_loss_step: Any = 0.0
     burst_bytes: Any = 0.0
+    host_copy: Any = 0.0
+    host_fault: Any = 0.0
 
     two_level = True  # read by the collective models: always the two-link path (see module doc)
 

@@ -97,3 +97,9 @@ def clg(x: sp.Expr) -> sp.Expr:
 def flg(x: sp.Expr) -> sp.Expr:
     """``floor(log2 x)``: the exponent of the largest power of two not above x."""
     return sp.floor(lg(x))
+
+
+mu = sp.Symbol("mu", nonnegative=True)
+"""Host memory copy cost (s/byte) of a collective library's own buffer copies on a rank (``Environment.host_copy``)."""
+phi = sp.Symbol("phi", nonnegative=True)
+"""Extra cost (s/byte) of a library buffer that the host maps afresh: page faults (``Environment.host_fault``)."""

@@ -18,6 +18,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import costmodels as cm
+from costmodels.symbols import mu, phi
 
 PRESET_NAMES = ("10GbE", "IB-EDR", "NVLink-H100", "8xH100-NVLink+IB-NDR", "4xPCIe3+10GbE")
 ENV_KEYS = (*PRESET_NAMES, "custom", "custom-two-level")
@@ -46,7 +47,7 @@ ALPHAS = st.floats(1e-8, 1e-2)
 BETAS = st.floats(1e-13, 1e-7)
 GAMMAS = st.floats(1e-14, 1e-8)
 
-CUSTOM_ENV = st.builds(cm.Environment, alpha=ALPHAS, beta=BETAS, gamma=GAMMAS)
+CUSTOM_ENV = st.builds(cm.Environment, alpha=ALPHAS, beta=BETAS, gamma=GAMMAS, host_copy=GAMMAS, host_fault=GAMMAS)
 
 
 @st.composite
@@ -191,6 +192,7 @@ def test_relative_sensitivities_add_up_to_one(env_key: str, data: st.DataObject,
         assert t > 0, where(c, n, p, env)
         shares = c.sensitivity(n, p, env, relative=True)
         expected_fields = {"alpha", "beta", "gamma"} | ({"intra_alpha", "intra_beta"} if env.two_level else set())
+        expected_fields |= {f for f, sym in (("host_copy", mu), ("host_fault", phi)) if sym in c.host.free_symbols}
         assert set(shares) == expected_fields, where(c, n, p, env)
         assert all(v >= -1e-12 for v in shares.values()), f"{where(c, n, p, env)}: {shares}"
         total = math.fsum(float(v) for v in shares.values())

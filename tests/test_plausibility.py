@@ -131,3 +131,15 @@ def test_cli_fit_two_regimes(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert code == 2 and "--min-size and --gamma apply to --method one" in err and err.count("\n") == 1
     code, _, err = cli(capsys, "fit", str(src), "--method", "three")
     assert code == 2 and "--method must be 'one' or 'two', got 'three'" in err
+
+
+def test_a_gloo_fit_with_measured_host_buffers_warns_of_the_allgather_alone() -> None:
+    # the reduce-scatter's fresh clone is priced once host_fault is measured (host_buffers.py); the all-gather's
+    # fresh output, whose faults overlap its receives, is not
+    env = cm.Environment.load(ROOT / "runners" / "reference" / "validation-run5" / "2500mbit" / "environment.json")
+    (line,) = [w for w in use_warnings(env.with_(host_copy=1.9e-10, host_fault=7.5e-10), sizes=[2**25])
+               if "fresh buffer" in w]
+    assert "PyTorch's gloo all_gather gathers into a fresh buffer" in line
+    assert "reduce_scatter's fresh clone is, at the measured host_fault" in line
+    (bare,) = [w for w in use_warnings(env, sizes=[2**25]) if "fresh buffer" in w]
+    assert "commscope bench host-buffers" in bare

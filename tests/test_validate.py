@@ -310,6 +310,11 @@ def test_validate_end_to_end_on_the_host(tmp_path) -> None:
     assert plan["fit_statistic"] == "chain" and "fitted to the chain times (the slowest rank's timed calls summed" \
         in (tmp_path / "validation.md").read_text()
     assert (tmp_path / "host" / "environment.json").exists() and (tmp_path / "host" / "profile.json").exists()
+    # gloo's host buffers, measured once with the run's ranks, are given to the link's fit (host_buffers.py)
+    probe = json.loads((tmp_path / "host_buffers.json").read_text())
+    assert probe["ranks"] == 2 and plan["host_buffers"] == str((tmp_path / "host_buffers.json").resolve())
+    fitted = cm.Environment.load(tmp_path / "host" / "environment.json")
+    assert (fitted.host_copy, fitted.host_fault) == (probe["host_copy"], probe["host_fault"])
     prof = cm.load_profile(tmp_path / "host" / "profile.json")
     assert "synchronised_forward_s" in prof.metadata and prof.metadata["concurrent_ranks"] == 2
     # the SGD update, timed with the ranks in step, is the profile's optimizer step (U), spread by parameters

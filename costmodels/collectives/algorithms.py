@@ -11,6 +11,7 @@ import sympy as sp
 
 from ..symbols import alpha, alpha_intra, beta, beta_intra, clg, flg, g, gamma, iota, k, lg, n, p, r, rho
 from .catalog import _add
+from .host_buffers import GLOO_REDUCE_SCATTER as GLOO_REDUCE_SCATTER_HOST
 from .model import Domain, Param
 
 _f = (p - 1) / p  # fraction of the data that crosses the network in ring/halving algorithms
@@ -44,9 +45,11 @@ _add(
            "buffer, each rank keeping its shard; over 100 Mbit/s emulated links a 4 MiB reduce_scatter took 0.995 "
            "of a 4 MiB allreduce, not the 0.5 of a ring reduce-scatter (commscope validate, bench/results/"
            "validation); cost = ring_allreduce (Patarasuk & Yuan 2009), with gloo's ring's one message per step "
-           "below 2p elements (GLOO_RING_SEGMENTS)",
+           "below 2p elements (GLOO_RING_SEGMENTS); plus its host buffers, the clone of the input and the copy "
+           "of the shard (ProcessGroupGloo.cpp reduce_scatter_tensor_coalesced; host_buffers.py)",
     description="an allreduce of the whole input, then each rank keeps its n/p shard (gloo's reduce_scatter)",
     lower_bound_exempt="",
+    host=GLOO_REDUCE_SCATTER_HOST,
 )
 _add(
     name="ring_allgather", primitive="allgather",

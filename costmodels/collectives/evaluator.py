@@ -21,7 +21,8 @@ class Evaluator:
     any other its compiled formula, the arguments after n, and where p is outside the domain (``invalid``).
     Over a link with a token bucket, ``shaped`` holds what :func:`.token_bucket_time` needs besides n: the
     compiled dT/d alpha and dT/d beta, the link's beta, its bucket (0 where unshaped) and the compiled serial
-    bytes (:attr:`Collective.serial`)."""
+    bytes (:attr:`Collective.serial`); ``host``, the compiled time of the library's host buffers, is added after
+    the bucket there (without a bucket ``compiled`` holds it already)."""
 
     shape: tuple[int, ...]
     compiled: CompiledExpr
@@ -31,6 +32,7 @@ class Evaluator:
     slope: np.ndarray | None = None
     shaped: tuple[CompiledExpr, CompiledExpr, Any, Any, CompiledExpr] | None = None
     affine_shaped: tuple[Any, ...] | None = None
+    host: CompiledExpr | None = None
 
     def __call__(self, n_: Any) -> np.ndarray:
         sizes = np.asarray(n_, dtype=np.float64)
@@ -40,12 +42,14 @@ class Evaluator:
             a, b, s_a, s_b, w_a, w_b, q_a, q_b, link_beta, burst = self.affine_shaped
             t = token_bucket_time(a + b * sizes, s_a + s_b * sizes, w_a + w_b * sizes, link_beta, burst,
                                   q_a + q_b * sizes)
-            return t if self.invalid is None else np.where(self.invalid, np.nan, t)
-        t = np.asarray(self.compiled(sizes, self.args), dtype=np.float64)
-        if self.shaped is not None:
-            d_alpha, d_beta, link_beta, burst, serial = self.shaped
-            t = token_bucket_time(t, d_alpha(sizes, self.args), d_beta(sizes, self.args), link_beta, burst,
-                                  serial(sizes, self.args))
+        else:
+            t = np.asarray(self.compiled(sizes, self.args), dtype=np.float64)
+            if self.shaped is not None:
+                d_alpha, d_beta, link_beta, burst, serial = self.shaped
+                t = token_bucket_time(t, d_alpha(sizes, self.args), d_beta(sizes, self.args), link_beta, burst,
+                                      serial(sizes, self.args))
+        if self.host is not None:
+            t = t + self.host(sizes, self.args)
         return t if self.invalid is None else np.where(self.invalid, np.nan, t)
 
     def on_rows(self, rows: Callable[[Any], Any]) -> Evaluator:

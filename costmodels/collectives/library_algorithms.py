@@ -12,6 +12,7 @@ import sympy as sp
 from ..symbols import alpha, beta, flg, gamma, lg, n, p
 from .algorithms import GLOO_RING_ALLREDUCE, POW2, THAKUR
 from .catalog import _add
+from .host_buffers import GLOO_ALLGATHER as GLOO_ALLGATHER_HOST
 
 _f = (p - 1) / p
 _not_pow2 = sp.Min(p - 2 ** flg(p), 1)  # 0 when p is a power of two, 1 otherwise
@@ -49,9 +50,11 @@ _add(
            "recv) and transport/tcp/pair.cc (a send waits for the peer's recv notice; one FIFO per pair): "
            "the ring, (p-1) alpha + (p-1)/p n beta (Thakur et al. 2005 Sec. 3), and at p = 2, where both "
            "directions share one pair, alpha + 3/4 n beta, n/4 of it a wait for the peer's half-block; derived "
-           "here (library_algorithms.py comment)",
+           "here (library_algorithms.py comment); plus the copy of the result out of its own flat buffer "
+           "(ProcessGroupGloo.cpp AsyncAllgatherWork; host_buffers.py)",
     description="gloo's ring allgather; at p = 2 a late rank's recv notices wait behind its own data, so "
                 "three of the four half-blocks cross one after another",
+    host=GLOO_ALLGATHER_HOST,
 )
 _add(
     name="gloo_ring_allreduce", primitive="allreduce",

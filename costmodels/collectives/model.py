@@ -32,6 +32,7 @@ from ..errors import CommscopeError, DomainError
 from ..primitives import PRIMITIVES
 from ..symbols import alpha, alpha_intra, beta, beta_intra, g, gamma, n, p, r
 from .evaluator import Evaluator
+from .host_buffers import NO_HOST, SYMBOLS, host_values
 from .token_bucket import token_bucket_gradient, token_bucket_time
 
 TOPOLOGIES = ("flat", "hierarchical", "bound")
@@ -115,6 +116,8 @@ class Collective:
         serial: bytes of ``expr``'s wire term that wait behind another rank's message rather than
             follow a step of the algorithm (0 for most); a token bucket hides them up to its size
             (:mod:`.token_bucket`).
+        host: seconds the library's own host buffers take per call (copies, page faults) in ``n``, ``p`` and
+            mu, phi (:mod:`.host_buffers`), added after the link's shaping; 0 for most.
     """
 
     name: str
@@ -128,6 +131,7 @@ class Collective:
     lower_bound_exempt: str = ""
     extra_resources: str = ""
     serial: sp.Expr = NO_SERIAL
+    host: sp.Expr = NO_HOST
 
     def __post_init__(self) -> None:
         if self.primitive not in PRIMITIVES:
@@ -137,7 +141,8 @@ class Collective:
         allowed = {p, n, alpha, beta, gamma} | {q.symbol for q in self.params}
         if self.topology == "hierarchical":
             allowed |= {alpha_intra, beta_intra, g, r}
-        extra = (self.expr.free_symbols | self.serial.free_symbols) - allowed
+        used = self.expr.free_symbols | self.serial.free_symbols
+        extra = used - allowed | self.host.free_symbols - {n, p, *SYMBOLS}
         if extra:
             raise ValueError(f"{self.name}: expression has undeclared symbols {extra}")
 
@@ -148,11 +153,11 @@ class Collective:
 
     def latex(self) -> str:
         """The formula as LaTeX (``T = ...``)."""
-        return "T = " + sp.latex(self.expr)
+        return "T = " + sp.latex(self.expr + self.host)
 
     @cached_property
     def _args(self) -> tuple[sp.Symbol, ...]:
-        base: tuple[sp.Symbol, ...] = (p, alpha, beta, gamma)
+        base: tuple[sp.Symbol, ...] = (p, alpha, beta, gamma) + (SYMBOLS if self.host != 0 else ())
         if self.topology == "hierarchical":
             base += (alpha_intra, beta_intra, g, r)
         return base + tuple(q.symbol for q in self.params)
@@ -164,6 +169,10 @@ class Collective:
     def _derivative(self, sym: sp.Symbol) -> CompiledExpr:
         """d time / d ``sym``, compiled once (the derivative is only taken on the first call)."""
         return self._compiled.get(f"d/d{sym.name}") or self._compile(f"d/d{sym.name}", sp.diff(self.expr, sym))
+
+    def _total(self) -> CompiledExpr:
+        """The time without a token bucket: the formula plus its host buffers (one compiled expression)."""
+        return self._compile("time", self.expr) if self.host == 0 else self._compile("total", self.expr + self.host)
 
     def _compile(self, key: str, expr: sp.Expr) -> CompiledExpr:
         c = self._compiled.get(key)
@@ -233,7 +242,7 @@ class Collective:
     def _link_values(self, pr: np.ndarray, env: Environment, out_of_domain: str
                      ) -> tuple[dict[sp.Symbol, Any], dict[str, Any]]:
         """Values of the environment symbols for these p, and which link each one came from."""
-        vals: dict[sp.Symbol, Any] = {p: pr, gamma: env.gamma}
+        vals: dict[sp.Symbol, Any] = {p: pr, gamma: env.gamma, **host_values(env)}
         link: dict[str, Any] = {}
         gp = env.gpus_per_node
         if self.topology == "hierarchical":
@@ -292,11 +301,10 @@ class Collective:
         Algorithm parameters (e.g. ``k`` servers) are keyword arguments.
         """
         nb, pr, args, invalid, link = self._prepare(n, p, env, params, out_of_domain)
-        t = self._compile("time", self.expr)(nb, args)
         shaping = self._shaping(args, link)
-        if shaping is not None:
-            t = token_bucket_time(t, shaping[0](nb, args), shaping[1](nb, args), shaping[2], shaping[3],
-                                  shaping[4](nb, args))
+        t = self._total()(nb, args) if shaping is None else token_bucket_time(  # host buffers after the bucket
+            self._compile("time", self.expr)(nb, args), shaping[0](nb, args), shaping[1](nb, args), shaping[2],
+            shaping[3], shaping[4](nb, args)) + (0.0 if self.host == 0 else self._compile("host", self.host)(nb, args))
         if invalid is not None and np.any(invalid):
             t = np.where(invalid, np.nan, t)
         shape = np.broadcast_shapes(nb.shape, pr.shape, *(np.shape(a) for a in args))
@@ -315,18 +323,20 @@ class Collective:
         The :class:`Evaluator` keeps those parts, so that a caller can price a large grid block by block.
         """
         _, pr, args, invalid, link = self._prepare(0.0, p, env, params, out_of_domain)
-        compiled = self._compile("time", self.expr)
         shape = np.broadcast_shapes(pr.shape, *(np.shape(a) for a in args))
         shaping = self._shaping(args, link)
         if shaping is not None:
+            compiled = self._compile("time", self.expr)
+            host = None if self.host == 0 else self._compile("host", self.host)
             shape = np.broadcast_shapes(shape, np.shape(shaping[3]))
             bad = invalid if invalid is not None and np.any(invalid) else None
             if compiled.affine and shaping[0].affine and shaping[1].affine and shaping[4].affine:
                 coefficients = [np.broadcast_to(np.asarray(v, dtype=np.float64), shape)
                                 for c in (compiled, shaping[0], shaping[1], shaping[4]) for v in c.coefficients(args)]
                 return Evaluator(shape, compiled, args, bad, shaped=shaping,
-                                 affine_shaped=(*coefficients, shaping[2], shaping[3]))
-            return Evaluator(shape, compiled, args, bad, shaped=shaping)
+                                 affine_shaped=(*coefficients, shaping[2], shaping[3]), host=host)
+            return Evaluator(shape, compiled, args, bad, shaped=shaping, host=host)
+        compiled = self._total()
         if compiled.affine:
             a, b = (np.broadcast_to(np.asarray(v, dtype=np.float64), shape) for v in compiled.coefficients(args))
             if invalid is not None and np.any(invalid):
@@ -336,10 +346,11 @@ class Collective:
 
     def sensitivity(self, n: Any, p: Any, env: Environment, *, relative: bool = False,
                     **params: Any) -> dict[str, Any]:
-        """d time / d parameter for each environment field (alpha, beta, gamma, intra_*).
+        """d time / d parameter for each environment field (alpha, beta, gamma, intra_*; host_copy and
+        host_fault where the algorithm has host buffers).
 
         With ``relative=True`` the elasticities ``(x / T) dT/dx``: the share of the time due to
-        each parameter. Every model here is homogeneous of degree one in (alpha, beta, gamma),
+        each parameter. Every model here is homogeneous of degree one in (alpha, beta, gamma, mu, phi),
         so the elasticities add up to 1 (Euler's theorem).
         """
         nb, pr, args, _, link = self._prepare(n, p, env, params, "raise")
@@ -367,6 +378,10 @@ class Collective:
         if self.topology == "hierarchical" and not env.two_level:
             out["alpha"] = out["alpha"] + out.pop("intra_alpha")
             out["beta"] = out["beta"] + out.pop("intra_beta")
+        for field_name, sym in zip(("host_copy", "host_fault"), SYMBOLS, strict=True):
+            if sym in self.host.free_symbols:  # after the bucket: its derivative is the host expression's
+                d_host = self._compile(f"host d/d{sym.name}", sp.diff(self.host, sym))(nb, args)
+                out[field_name] = np.asarray(d_host, dtype=np.float64) * np.ones(shape)
         fa, fb = self._factors(env)  # d/d field = factor x d/d what the path sees
         out = {f: d * (fa if f.endswith("alpha") else fb if f.endswith("beta") else 1.0) for f, d in out.items()}
         if relative:
@@ -382,4 +397,4 @@ class Collective:
             raise CommscopeError(f"p must be a single integer here, got {p_value!r}")
         _, _, args, _, _ = self._prepare(0.0, pr, env, params, "raise")
         subs = {s: sp.Integer(int(v)) if s is p else sp.Float(float(v)) for s, v in zip(self._args, args, strict=True)}
-        return self.expr.subs(subs)
+        return (self.expr + self.host).subs(subs)

@@ -1,4 +1,5 @@
-"""``commscope bench collectives``: launch a collective sweep on torchrun ranks (:mod:`runners.measure.sweep`).
+"""``commscope bench collectives``: launch a collective sweep on torchrun ranks (:mod:`runners.measure.sweep`);
+``commscope bench host-buffers``: what a library's own host buffers cost here (:mod:`runners.measure.host_buffers`).
 
     commscope bench collectives --nproc N [--op allreduce,allgather] [-b 1MiB -e 64MiB -f 2] [--check]
                                 [--out results.jsonl] [--resume] [--timeout 60] [--backend auto|gloo|nccl]
@@ -64,8 +65,35 @@ def bench_collectives(
     run_torchrun(cmd, "commscope bench collectives", "the sweep")
 
 
+def bench_host_buffers(
+    ranks: Annotated[int, typer.Option("--ranks", help="processes copying at once, as many as the ranks on this host")
+                     ] = 2,
+    size: Annotated[str, typer.Option("--size", help="bytes copied, at least 32MiB (mapped afresh by glibc)")
+                    ] = "64MiB",
+    repeats: Annotated[int, typer.Option("--repeats", help="timed copies per process")] = 5,
+    out: Annotated[Path | None, typer.Option("--out", help="write the result JSON here (atomically), for "
+                                             "'commscope fit --host-buffers'")] = None,
+) -> None:
+    """Measure host_copy and host_fault: what gloo's own buffers cost per byte on this host."""
+    import costmodels as cm
+    from runners.measure import host_buffers
+
+    from .common import check_writable
+
+    if out is not None:
+        check_writable(out, "the result")
+    res = host_buffers.measure(ranks, cm.parse_size(size), repeats)
+    if out is not None:
+        host_buffers.save(res, out)
+    print(f"host_copy  {res['host_copy'] * 1e9:.3g} ns/B (a copy into resident memory, {ranks} at once)")
+    print(f"host_fault {res['host_fault'] * 1e9:.3g} ns/B more where the buffer is mapped afresh ({res['note']})")
+    if out is not None:
+        print(f"wrote {out}")
+
+
 def register(app: typer.Typer) -> None:
-    """Add the ``bench`` group and ``bench collectives``."""
+    """Add the ``bench`` group: ``bench collectives`` and ``bench host-buffers``."""
     bench_app = typer.Typer(help="Measure with torch.distributed (launched with torchrun).", no_args_is_help=True)
     bench_app.command("collectives")(bench_collectives)
+    bench_app.command("host-buffers")(bench_host_buffers)
     app.add_typer(bench_app, name="bench")

@@ -2,7 +2,7 @@
 
     commscope fit RESULTS.jsonl... --primitive allreduce [--algorithm ring_allreduce|auto]
                   [--min-size 64KiB] [--gamma auto|S_PER_BYTE] [--method one|two] [--out env.json]
-                  [--record results.jsonl] [--json]
+                  [--record results.jsonl] [--host-buffers host_buffers.json] [--json]
 
 ``--method two`` is Hockney's two-regime fit (alpha from the sizes below 64 KiB, beta and gamma from 256 KiB; one
 fit over every size on a link whose token bucket the records name), what ``commscope validate`` runs.
@@ -86,18 +86,24 @@ def fit_command(
         "--one-link", help="one alpha and beta for every primitive; by default each code path (primitives of one "
                            "formula) is fitted on its own and kept as primitive_factors where the AIC says so")
     ] = False,
+    host_buffers: Annotated[Path | None, typer.Option(
+        "--host-buffers", help="the library's host buffer costs measured on the ranks' host ('commscope bench "
+                               "host-buffers --out FILE'): priced in gloo's reduce_scatter and allgather, not fitted")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """Fit alpha, beta (and gamma where identifiable) of a cost model to measured collective times."""
     import costmodels as cm
     from runners import results as rs
     from runners.measure import fit as fitting
+    from runners.measure import host_buffers as probe
 
     if not results:
         raise UsageError("give at least one results file")
     for path, what, append in ((out, "the environment", False), (record, "the record", True)):
         if path is not None:
             check_writable(path, what, append=append)
+    host = None if host_buffers is None else probe.load(host_buffers)
     loaded = {str(p): rs.load(p) for p in results}
     bad = [b for x in loaded.values() for b in x.bad]
     for b in bad:
@@ -109,10 +115,10 @@ def fit_command(
             raise UsageError("--min-size and --gamma apply to --method one (two regimes choose the sizes of each "
                              "parameter)")
         res = fitting.fit_two_regimes(loaded, primitive, algorithm, statistic=statistic, name=name,
-                                      per_primitive=not one_link)
+                                      per_primitive=not one_link, host=host)
     else:
         res = fitting.fit(loaded, primitive, algorithm, min_bytes=min_size, gamma=gamma, name=name,
-                          statistic=statistic, per_primitive=not one_link)
+                          statistic=statistic, per_primitive=not one_link, host=host)
     warnings = fitting.plausibility(res)  # the same guards as the app's and the predict commands'
     entry = res.record() if record is not None else None  # validated before anything is written
     written: dict[str, str] = {}

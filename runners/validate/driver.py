@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from costmodels.errors import CommscopeError
 from runners import results
 from runners.calibrate.cells import SWEEP_STATISTIC
 from runners.measure import host_load
@@ -169,10 +170,11 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
     host_cpu_data = host_cpu.measure(emulated, outdir, lambda m: notes.append(m)) if emulated else None
     if host_cpu_data:
         notes.append(host_cpu.note(host_cpu_data))
+    buffers = host_buffers_file(outdir, ranks, backend, notes)
     for (rate, rpn), envdir in zip(envs, envdirs, strict=True):
         label = env_label(rate, None if rpn in (1, ranks) else rpn, ranks)
         envdir.mkdir(parents=True, exist_ok=True)
-        plan = make_plan(s, envdir, ranks, rpn, threads, timeout, backend=backend)
+        plan = make_plan(s, envdir, ranks, rpn, threads, timeout, backend=backend, host_buffers=buffers)
         plan_path = envdir / "plan.json"
         plan_path.write_text(json.dumps(plan, indent=2))
         cmd = job_command(plan_path, rate, ranks, rpn)
@@ -212,6 +214,28 @@ def validate(suite: str | Suite, ranks: int, out: str | os.PathLike[str], emulat
         all_records += recs
     write_tables(outdir, all_records, command, notes)
     return all_records, failures
+
+
+def host_buffers_file(outdir: Path, ranks: int, backend: str, notes: list[str]) -> str | None:
+    """Measure what gloo's own host buffers cost with ``ranks`` processes at once (:mod:`runners.measure.
+    host_buffers`), once per validation, into ``outdir / host_buffers.json`` for every link's fit; None where the
+    ranks run NCCL (no host buffers) or the probe fails (a note says so)."""
+    import torch
+
+    from runners.measure import host_buffers
+
+    if backend == "nccl" or (backend == "auto" and torch.cuda.is_available()):
+        return None
+    try:
+        res = host_buffers.measure(ranks)
+    except CommscopeError as exc:
+        notes.append(f"host buffers not measured ({exc}): gloo's reduce_scatter and allgather priced without them")
+        return None
+    path = host_buffers.save(res, outdir / "host_buffers.json")
+    notes.append(f"host buffers (gloo's clone and copies; {ranks} processes at once): host_copy "
+                 f"{res['host_copy'] * 1e9:.3g} ns/B, host_fault {res['host_fault'] * 1e9:.3g} ns/B "
+                 "(costmodels.collectives.host_buffers), given to every link's fit")
+    return str(path.resolve())
 
 
 def _host_note(label: str, load: dict[str, Any]) -> str:

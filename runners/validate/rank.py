@@ -92,7 +92,7 @@ def fit_link(records: Path, plan: dict[str, Any], per_primitive: bool = True) ->
     latency-bound sizes, beta from the bandwidth-bound ones, where the sweep reaches both; else one fit); each
     primitive's code path on its own where the AIC says so, unless ``per_primitive`` is False (one link)."""
     import costmodels as cm
-    from runners.measure import fit
+    from runners.measure import fit, host_buffers
 
     sw = plan["sweep"]
     lat_bytes = int(sw.get("latency_bytes", 0))
@@ -103,7 +103,8 @@ def fit_link(records: Path, plan: dict[str, Any], per_primitive: bool = True) ->
     backend = fit.records_backend(results.load(records).records)
     how = dict(primitive=sw["ops"], algorithm=fit.as_run_by(plan.get("fit_algorithm"), backend),
                name=plan.get("environment_name"), statistic=plan.get("fit_statistic", "median"),
-               per_primitive=per_primitive)
+               per_primitive=per_primitive, host=host_buffers.load(plan["host_buffers"]) if plan.get("host_buffers")
+               else None)
     two = sizes[-1] >= fit.BANDWIDTH_FROM and sizes[0] < (lat_bytes or fit.LATENCY_BELOW)
     if plan.get("fit_method") == "two_regimes" and not two:
         print(f"# note: the sweep ({cm.format_size(sizes[0])} to {cm.format_size(sizes[-1])}) does not reach "

@@ -89,7 +89,7 @@ def profile_file(envdir: Path, index: int, model: str) -> Path:
 
 
 def make_plan(suite: Suite, envdir: Path, ranks: int, ranks_per_node: int, threads: int, timeout: float,
-              seed: int = 0, backend: str = "auto") -> dict[str, Any]:
+              seed: int = 0, backend: str = "auto", host_buffers: str | None = None) -> dict[str, Any]:
     """The JSON plan one environment's torchrun job follows (paths inside ``envdir``)."""
     envdir = envdir.resolve()
     workloads = []
@@ -124,7 +124,9 @@ def make_plan(suite: Suite, envdir: Path, ranks: int, ranks_per_node: int, threa
             # alpha from the latency-bound sizes, beta from the bandwidth-bound ones: a shaped link's token
             # bucket makes the sizes between them faster than any one alpha-beta line
             "fit_method": "two_regimes",
-            "ranks": ranks, "ranks_per_node": ranks_per_node, "backend": backend}
+            "ranks": ranks, "ranks_per_node": ranks_per_node, "backend": backend,
+            # what gloo's own buffers cost on this host (runners.measure.host_buffers): given to the fit
+            **({"host_buffers": host_buffers} if host_buffers else {})}
 
 
 def job_command(plan_path: Path, rate: str | None, ranks: int, ranks_per_node: int) -> list[str]:

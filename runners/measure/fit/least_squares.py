@@ -28,13 +28,19 @@ from .identify import _identify, _SkipError
 from .records import _Data
 from .result import PARAMS, FittedParameter
 
+HOST = ("host_copy", "host_fault")
+"""The library's host buffer costs: given (measured by :mod:`runners.measure.host_buffers`), never fitted."""
+NO_HOST = (0.0, 0.0)
 
-def _env(theta: Mapping[str, float], g: int, burst: float = 0.0) -> cm.Environment:
+
+def _env(theta: Mapping[str, float], g: int, burst: float = 0.0, host: tuple[float, float] = NO_HOST
+         ) -> cm.Environment:
     beta = max(theta["beta"], 1e-300)
+    fixed = {"burst_bytes": burst, **dict(zip(HOST, host, strict=True))}
     if g > 1:
         return cm.Environment(alpha=theta["alpha"], beta=beta, gamma=theta["gamma"], intra_alpha=theta["intra_alpha"],
-                              intra_beta=max(theta["intra_beta"], 1e-300), gpus_per_node=g, burst_bytes=burst)
-    return cm.Environment(alpha=theta["alpha"], beta=beta, gamma=theta["gamma"], burst_bytes=burst)
+                              intra_beta=max(theta["intra_beta"], 1e-300), gpus_per_node=g, **fixed)
+    return cm.Environment(alpha=theta["alpha"], beta=beta, gamma=theta["gamma"], **fixed)
 
 
 MODEL_FLOOR = 0.01
@@ -74,8 +80,9 @@ def _predict(d: _Data, algos: Mapping[str, str], env: cm.Environment) -> np.ndar
 
 
 def _design(d: _Data, algos: Mapping[str, str], env: cm.Environment) -> dict[str, np.ndarray]:
-    """d time / d parameter at every record (the exact design matrix of linear models)."""
-    cols = {k: np.zeros_like(d.y) for k in PARAMS}
+    """d time / d parameter at every record (the exact design matrix of linear models; the host buffers' columns
+    too, whose given values are an offset)."""
+    cols = {k: np.zeros_like(d.y) for k in (*PARAMS, *HOST)}
     for q, name in algos.items():
         m = d.prim == q
         if m.any():
@@ -97,9 +104,11 @@ class _Fit:
     cond: float
 
 
-def _fit_one(d: _Data, algos: dict[str, str], g: int, gamma_fixed: float | None, burst: float = 0.0) -> _Fit:
+def _fit_one(d: _Data, algos: dict[str, str], g: int, gamma_fixed: float | None, burst: float = 0.0,
+             host: tuple[float, float] = NO_HOST) -> _Fit:
     """One combination of algorithms fitted; ``burst``: the token bucket of the records' shaped link, bytes
-    (:mod:`costmodels.collectives.token_bucket`; the model is then piecewise linear, fitted by Gauss-Newton)."""
+    (:mod:`costmodels.collectives.token_bucket`; the model is then piecewise linear, fitted by Gauss-Newton);
+    ``host``: the library's host buffer costs (host_copy, host_fault), given."""
     from scipy import optimize, special
 
     for q, name in algos.items():
@@ -122,7 +131,7 @@ def _fit_one(d: _Data, algos: dict[str, str], g: int, gamma_fixed: float | None,
     a0 = optimize.lsq_linear(np.column_stack([w, d.n * w]), d.y * w, bounds=(0, np.inf)).x
     guess = {"alpha": max(a0[0] / 4, 1e-7), "beta": max(a0[1] / 2, 1e-13), "gamma": gamma_fixed or 0.0}
     guess["intra_alpha"], guess["intra_beta"] = guess["alpha"], guess["beta"]
-    cols = _design(d, algos, _env(guess, g, burst))
+    cols = _design(d, algos, _env(guess, g, burst, host))
     free, tied, why, cond = _identify(cols, d, g, gamma_fixed, algos)
     fixed = {k: 0.0 for k in PARAMS if k not in free and k not in tied}
     if gamma_fixed is not None:
@@ -146,6 +155,7 @@ def _fit_one(d: _Data, algos: dict[str, str], g: int, gamma_fixed: float | None,
         for a, b in tied.items():
             merged[b] = merged[b] + merged[a]
         offset = sum((merged[name] * v for name, v in fixed.items()), np.zeros_like(d.y))
+        offset = offset + sum(cols_[name] * v for name, v in zip(HOST, host, strict=True))  # given, not fitted
         A = np.column_stack([merged[name] * w for name in free])
         return A, (d.y - offset) * w
 
@@ -162,7 +172,7 @@ def _fit_one(d: _Data, algos: dict[str, str], g: int, gamma_fixed: float | None,
             start = full(u)
             if start["beta"] <= 0:
                 break
-            A_i, target_i = weighted(_design(d, algos, _env(start, g, burst)))
+            A_i, target_i = weighted(_design(d, algos, _env(start, g, burst, host)))
             if not np.all(np.isfinite(A_i)):
                 break
             s_i = np.linalg.norm(A_i, axis=0)
@@ -170,14 +180,14 @@ def _fit_one(d: _Data, algos: dict[str, str], g: int, gamma_fixed: float | None,
         scale = np.where(u > 0, 1.0 / np.maximum(u, 1e-300), scale)
 
         def residual(v: np.ndarray) -> np.ndarray:
-            return (_predict(d, algos, _env(full(v / scale), g, burst)) - d.y) * w
+            return (_predict(d, algos, _env(full(v / scale), g, burst, host)) - d.y) * w
 
         sol = optimize.least_squares(residual, u * scale, bounds=(0, np.inf), method="trf", jac="2-point",
                                      x_scale=1.0, xtol=1e-12, ftol=1e-12, gtol=1e-12)
         theta_u = sol.x / scale
         J = sol.jac * scale
     theta = full(theta_u)
-    env = _env(theta, g, burst)
+    env = _env(theta, g, burst, host)
     pred = _predict(d, algos, env)
     rel = (pred - d.y) / d.y
     rss = float(np.sum(((pred - d.y) * w) ** 2))  # weighted: what the fit minimised

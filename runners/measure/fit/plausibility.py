@@ -12,8 +12,9 @@ environment without one, such as a preset, gives no warnings) and, optionally, t
   :data:`FAR_P` times outside the p measured;
 - **past gloo's fresh buffers**: a gloo fit whose records end below :data:`FRESH_MAPPING_BYTES` (32 MiB) used at
   that size or more, where PyTorch's gloo ``all_gather`` and ``reduce_scatter`` start to map and first-touch a
-  buffer of the message's size on every call, which the fit has not seen and the model does not price
-  (``bench/bench_fresh_buffers.py`` says why and measures it).
+  buffer of the message's size on every call, which the fit has not seen; the model prices the reduce-scatter's
+  where the environment carries a measured ``host_fault`` (:mod:`costmodels.collectives.host_buffers`), the
+  all-gather's never (``bench/bench_fresh_buffers.py`` says why and measures it).
 
     >>> from runners.measure.fit.plausibility import plausibility
     >>> for line in plausibility(env, sizes=[2**10, 2**30], p=[64]):   # doctest: +SKIP
@@ -59,6 +60,7 @@ class FitFacts:
     p: tuple[int, ...]
     network: Mapping[str, Any] | None
     library: str | None = None
+    host_fault: float = 0.0
 
 
 def _num(x: Any) -> float | None:
@@ -74,7 +76,7 @@ def facts(source: FitResult | cm.Environment | None) -> FitFacts | None:
                         {k: v.to_dict() for k, v in source.parameters.items()}, source.rms_rel_error,
                         (min(sizes), max(sizes)) if sizes else None, tuple(int(p) for p in source.world_sizes),
                         source.network if isinstance(source.network, Mapping) else None,
-                        getattr(source.environment, "library", None))
+                        getattr(source.environment, "library", None), source.environment.host_fault)
     if not isinstance(source, cm.Environment):
         return None
     meta = source.metadata if isinstance(source.metadata, Mapping) else {}
@@ -88,7 +90,7 @@ def facts(source: FitResult | cm.Environment | None) -> FitFacts | None:
     net = meta.get("network")
     return FitFacts(source.name, float(source.beta), {k: v for k, v in params.items() if isinstance(v, Mapping)},
                     _num(meta.get("rms_rel_error")), sizes, ps, net if isinstance(net, Mapping) else None,
-                    source.library)
+                    source.library, source.host_fault)
 
 
 def _link_beta(network: Mapping[str, Any] | None) -> tuple[float, str] | None:
@@ -171,12 +173,20 @@ def use_warnings(source: FitResult | cm.Environment | None, *, sizes: Any = None
             out.append(f"used at sizes down to {cm.format_size(lo)}, 1/{have[0] / lo:.3g} of the smallest size it "
                        f"was measured on ({cm.format_size(have[0])}): far outside the fit")
     if f.library == "gloo" and used and max(used) >= FRESH_MAPPING_BYTES and have and have[1] < FRESH_MAPPING_BYTES:
-        out.append(f"used at sizes up to {cm.format_size(max(used))}: from {cm.format_size(FRESH_MAPPING_BYTES)} on, "
-                   "PyTorch's gloo all_gather and reduce_scatter map and first-touch a fresh buffer of the message's "
-                   "size on every call (glibc's mmap threshold stops rising there), which this fit's records (up to "
-                   f"{cm.format_size(have[1])}) do not show and the model does not price: expect those two slower "
-                   "where the wire does not hide the host's work (measured 1.14-1.25x per byte at 2.5 Gbit/s, "
-                   "1.01-1.02x at 200 Mbit/s)")
+        start = f"used at sizes up to {cm.format_size(max(used))}: from {cm.format_size(FRESH_MAPPING_BYTES)} on, "
+        if f.host_fault > 0:  # the reduce-scatter's clone is priced (host_buffers.py); the all-gather's output not
+            out.append(start + "PyTorch's gloo all_gather gathers into a fresh buffer of the message's size on every "
+                       "call (glibc's mmap threshold stops rising there), whose page faults overlap its receives and "
+                       "are not priced (reduce_scatter's fresh clone is, at the measured host_fault): expect "
+                       "all_gather slower where the wire does not hide the host's work (measured 1.14-1.25x per "
+                       "byte at 2.5 Gbit/s, 1.01-1.02x at 200 Mbit/s)")
+        else:
+            out.append(start + "PyTorch's gloo all_gather and reduce_scatter map and first-touch a fresh buffer of "
+                       "the message's size on every call (glibc's mmap threshold stops rising there), which this "
+                       f"fit's records (up to {cm.format_size(have[1])}) do not show and which this environment "
+                       "does not price (no host_fault: 'commscope bench host-buffers', then 'commscope fit "
+                       "--host-buffers'): expect those two slower where the wire does not hide the host's work "
+                       "(measured 1.14-1.25x per byte at 2.5 Gbit/s, 1.01-1.02x at 200 Mbit/s)")
     ps = [q for q in _values(p) if q >= 2]
     if f.p and ps:
         hi_p, lo_p = max(ps), min(ps)

@@ -83,7 +83,8 @@ def _gamma(gamma: Any) -> float | None:
     return float(gamma)
 
 
-def _gamma_earns_its_place(f: _Fit, d: _Data, algos: dict[str, str], g: int, burst: float) -> _Fit:
+def _gamma_earns_its_place(f: _Fit, d: _Data, algos: dict[str, str], g: int, burst: float,
+                           host: tuple[float, float]) -> _Fit:
     """The fit with gamma, or the nested one without it when gamma does not lower the AIC by at least
     :data:`GAMMA_AIC` (Burnham & Anderson 2002, sec. 2.6: a model within 2 of the best has substantial support,
     so the extra parameter is not warranted). A reduction cost the records cannot see (gloo's ring all-reduce
@@ -92,7 +93,7 @@ def _gamma_earns_its_place(f: _Fit, d: _Data, algos: dict[str, str], g: int, bur
     if f.params.get("gamma") is None or f.params["gamma"].status != "fitted":
         return f
     try:
-        f0 = _fit_one(d, algos, g, 0.0, burst)
+        f0 = _fit_one(d, algos, g, 0.0, burst, host)
     except (_SkipError, CommscopeError):
         return f
     if f.aic <= f0.aic - GAMMA_AIC:
@@ -119,7 +120,7 @@ def _run_info(d: _Data, g: int) -> dict[str, Any]:
 
 def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: str | Sequence[str] | None = None, *,
         min_bytes: int | str = 0, gamma: Any = "auto", name: str | None = None, statistic: str = "median",
-        burst: float | None = None, per_primitive: bool = True) -> FitResult:
+        burst: float | None = None, per_primitive: bool = True, host: Any = None) -> FitResult:
     """Fit the environment of a cost model to measured collective records.
 
     Args:
@@ -141,7 +142,10 @@ def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: s
             records' network spec says (an emulated link's ``tc tbf``; 0 for a NIC).
         per_primitive: fit each code path (primitives priced by one formula) on its own and keep the others as
             ``primitive_factors`` of the all-reduce's link where the AIC says so (:mod:`.per_primitive`).
+        host: (host_copy, host_fault) in s/byte, the library's host buffer costs measured on the ranks' host
+            (:mod:`runners.measure.host_buffers`); given, not fitted; None: 0 (no host buffer priced).
     """
+    host = host_costs(host)
     if statistic not in STATISTICS:
         raise CommscopeError(f"statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
     prims = _primitives(primitive)
@@ -175,6 +179,9 @@ def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: s
     nets = [r.get("network") for r in d.runs]
     network = nets[0] if nets else None
     burst = link_burst(network) if burst is None else float(burst)
+    if any(host):
+        notes.append(f"the library's host buffers are priced as measured on the host (host_copy {host[0]:.3g} s/B, "
+                     f"host_fault {host[1]:.3g} s/B; costmodels.collectives.host_buffers), not fitted")
     if burst:
         notes.append(f"the link's token bucket ({burst:,.0f} B, tc tbf) is part of the model: latency hidden behind "
                      "back-to-back sends (costmodels.collectives.token_bucket)")
@@ -185,9 +192,9 @@ def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: s
         algos = dict(zip(present, combo, strict=True))
         label = "+".join(combo)
         try:
-            f = _fit_one(d, algos, g, gamma_fixed, burst)
+            f = _fit_one(d, algos, g, gamma_fixed, burst, host)
             if gamma_fixed is None:
-                f = _gamma_earns_its_place(f, d, algos, g, burst)
+                f = _gamma_earns_its_place(f, d, algos, g, burst, host)
         except _SkipError as exc:
             ranking.append(Candidate(label, algos, skipped=str(exc)))
             errors.append(str(exc))
@@ -236,7 +243,7 @@ def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: s
         ranking=ranking if len(combos) > 1 else [], files=files, notes=notes, bad=bad, two_level=g > 1,
         ranks_per_node=g, world_sizes=sorted(set(d.p.tolist())), network=network, run=_run_info(d, g),
         min_bytes=min_b, verdict=verdict, cpu=fit_cpu(d, best.algos, best.theta, g))
-    env = _env(best.theta, g, burst)
+    env = _env(best.theta, g, burst, host)
     description = (f"{res.algorithm} fitted to {res.records} {'/'.join(present)} record(s) of {stems} "
                    f"(p = {', '.join(map(str, res.world_sizes))}): RMS relative error {res.rms_rel_error:.2%}, "
                    f"max {res.max_rel_error:.2%}, R^2 {r2:.5f}")
@@ -252,9 +259,25 @@ def fit(records: Any, primitive: str | Sequence[str] = "allreduce", algorithm: s
     if per_primitive and len(present) > 1:
         def refit(prims: list[str], algos: str) -> FitResult:  # gamma is the device's: every path keeps the joint's
             return fit(records, prims, algos, min_bytes=min_b, gamma=res.environment.gamma, name=name,
-                       statistic=statistic, burst=burst, per_primitive=False)
+                       statistic=statistic, burst=burst, per_primitive=False, host=host)
         res = fit_per_code_path(res, records, refit, statistic)
     return res
+
+
+def host_costs(value: Any) -> tuple[float, float]:
+    """(host_copy, host_fault) in s/byte from None (both 0), a pair, or a mapping with those keys."""
+    if value is None:
+        return (0.0, 0.0)
+    if isinstance(value, Mapping):
+        value = (value.get("host_copy", 0.0), value.get("host_fault", 0.0))
+    try:
+        pair = tuple(float(v) for v in value)
+    except (TypeError, ValueError):
+        pair = ()
+    if len(pair) != 2 or not all(math.isfinite(v) and v >= 0 for v in pair):
+        raise CommscopeError(f"host buffers must be (host_copy, host_fault), each a finite number of s/byte >= 0, "
+                             f"got {value!r}")
+    return (pair[0], pair[1])
 
 
 def link_burst(network: Any) -> float:

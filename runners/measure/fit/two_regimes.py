@@ -24,7 +24,8 @@ BANDWIDTH_FROM = 256 * 1024  # sizes from: bandwidth-bound (beta, gamma)
 def fit_two_regimes(records: Any, primitive: str | Sequence[str] = "allreduce",
                     algorithm: str | Sequence[str] | None = None, *, latency_below: int | str = LATENCY_BELOW,
                     bandwidth_from: int | str = BANDWIDTH_FROM, statistic: str = "median",
-                    name: str | None = None, per_primitive: bool = True, gamma: Any = "auto") -> FitResult:
+                    name: str | None = None, per_primitive: bool = True, gamma: Any = "auto", host: Any = None
+                    ) -> FitResult:
     """Hockney's two-regime fit: alpha from the latency-bound sizes, beta and gamma from the bandwidth-bound ones.
 
     One least-squares fit over every size assumes the link is alpha-beta at every size. A shaped link
@@ -38,7 +39,7 @@ def fit_two_regimes(records: Any, primitive: str | Sequence[str] = "allreduce",
     of the combined environment over all records of the primitives. Records of a link whose token bucket is
     known (an emulated link's network spec) get one fit over every size instead: the model then includes the
     bucket (:mod:`costmodels.collectives.token_bucket`), which explains both regimes. ``per_primitive``: each code
-    path fitted on its own, as :func:`.selection.fit` does (:mod:`.per_primitive`); ``gamma``: as there.
+    path fitted on its own, as :func:`.selection.fit` does (:mod:`.per_primitive`); ``gamma`` and ``host``: as there.
     """
     lo_b, hi_b = cm.parse_size(latency_below), cm.parse_size(bandwidth_from)
     if not 0 < lo_b <= hi_b:
@@ -49,7 +50,7 @@ def fit_two_regimes(records: Any, primitive: str | Sequence[str] = "allreduce",
     burst = link_burst(coll[0]["run"].get("network")) if coll else 0.0
     if burst:  # the bucket is in the model, which then explains both regimes at once: one fit over every size
         res = fit(records, prims, algorithm, statistic=statistic, name=name, per_primitive=per_primitive,
-                  gamma=gamma)
+                  gamma=gamma, host=host)
         res.notes.append(f"one fit over every size, not two regimes: the link's token bucket ({burst:,.0f} B) that "
                          "made the sizes in between faster than alpha-beta is part of the model")
         return res
@@ -57,9 +58,9 @@ def fit_two_regimes(records: Any, primitive: str | Sequence[str] = "allreduce",
     if not small:
         raise CommscopeError(f"no {'/'.join(prims)} records below {cm.format_size(lo_b)} to fit the latency to")
     # latency-bound sizes: what beta does there is noise (and under a token bucket nothing), so no bucket here
-    lat = fit(small, prims, algorithm, gamma=0.0, statistic=statistic, name=name, burst=0.0)
+    lat = fit(small, prims, algorithm, gamma=0.0, statistic=statistic, name=name, burst=0.0, host=host)
     bw = fit(records, prims, algorithm, min_bytes=hi_b, statistic=statistic, name=name, gamma=gamma,
-             per_primitive=False)
+             per_primitive=False, host=host)
     env = bw.environment.with_(alpha=lat.environment.alpha)
     d, _ = _select([(r, None) for r in coll], prims, 0, [], [], statistic)
     rel = _predict(d, bw.algorithms, env) / d.y - 1.0
@@ -84,6 +85,6 @@ def fit_two_regimes(records: Any, primitive: str | Sequence[str] = "allreduce",
     if per_primitive and len(out.primitives) > 1:
         def refit(group: list[str], algos: str) -> FitResult:
             return fit_two_regimes(records, group, algos, latency_below=lo_b, bandwidth_from=hi_b, statistic=statistic,
-                                   name=name, per_primitive=False, gamma=out.environment.gamma)
+                                   name=name, per_primitive=False, gamma=out.environment.gamma, host=host)
         out = fit_per_code_path(out, records, refit, statistic)
     return out
