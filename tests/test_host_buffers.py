@@ -226,3 +226,25 @@ def test_allgather_above_32_mib_at_2500_mbit_costs_what_below_it_does() -> None:
     t = _times(DATA / "2500mbit-4ranks.jsonl")
     per_byte = {n: t[("allgather", n)] / n for n in (8 * MiB, 64 * MiB)}
     assert per_byte[64 * MiB] == pytest.approx(per_byte[8 * MiB], rel=0.10)
+
+
+@pytest.mark.multiprocess
+def test_bench_host_buffers_writes_what_fit_and_calibrate_read(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "hb.json"
+    assert main(["bench", "host-buffers", "--ranks", "2", "--repeats", "1", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "host_copy" in text and "host_fault" in text and f"wrote {out}" in text
+    host = probe.load(out)
+    recs = tmp_path / "r.jsonl"
+    rs.append(recs, _records(HOST.with_(gamma=0.0, host_copy=host[0], host_fault=host[1]), [2**k for k in range(10, 27)]))
+    env_out = tmp_path / "env.json"
+    assert main(["fit", str(recs), "--primitive", "allreduce,reduce_scatter", "--algorithm",
+                 "gloo_ring_allreduce,allreduce_reduce_scatter", "--gamma", "0", "--host-buffers", str(out),
+                 "--out", str(env_out)]) == 0
+    env = cm.Environment.load(env_out)
+    assert (env.host_copy, env.host_fault) == host and env.beta == pytest.approx(3.2e-9, rel=1e-6)
+    capsys.readouterr()
+    assert main(["calibrate", str(recs), "--host-buffers", str(tmp_path / "missing.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "missing.json" in err

@@ -145,7 +145,8 @@ def gather_cells(records: Sequence[Mapping[str, Any]], profile: cm.ModelProfile 
     return cells
 
 
-def sweep_environment(paths: Sequence[str], records: Sequence[Mapping[str, Any]], name: str | None = None) -> Any:
+def sweep_environment(paths: Sequence[str], records: Sequence[Mapping[str, Any]], name: str | None = None,
+                      host: Any = None) -> Any:
     """The environment fitted to the collective records (alpha, beta, gamma), as validation fits it: in two regimes
     when the sweep reaches both the latency- and the bandwidth-bound sizes, else one fit over every size.
 
@@ -163,7 +164,7 @@ def sweep_environment(paths: Sequence[str], records: Sequence[Mapping[str, Any]]
     wanted = ",".join(a for a in SWEEP_ALGORITHM.split(",") if a.split("_", 1)[1] in prims) or None
     sizes = sorted(int(r["config"]["bytes"]) for r in colls)
     how = dict(primitive=",".join(prims), algorithm=fit.as_run_by(wanted, fit.records_backend(colls)), name=name,
-               statistic=SWEEP_STATISTIC)
+               statistic=SWEEP_STATISTIC, host=host)
     if sizes[0] < fit.LATENCY_BELOW and sizes[-1] >= fit.BANDWIDTH_FROM:
         return fit.fit_two_regimes(list(paths), **how)
     return fit.fit(list(paths), **how)

@@ -276,9 +276,10 @@ def prediction_stderr(cells: Sequence[Cell], env: cm.Environment, values: Mappin
 
 def calibrate(paths: Sequence[str | Path], *, environment: cm.Environment | None = None,
               profile: cm.ModelProfile | None = None, terms: Sequence[str] = FITTED, name: str | None = None,
-              leave_one_out: bool = True) -> CalibrationResult:
+              leave_one_out: bool = True, host: Any = None) -> CalibrationResult:
     """Calibrate an environment on measured records: alpha, beta, gamma from the sweeps (or ``environment``),
-    then ``terms`` from the iterations, with 95% CIs and the leave-one-technique-out errors."""
+    then ``terms`` from the iterations, with 95% CIs and the leave-one-technique-out errors; ``host``: the
+    library's host buffer costs given to the sweep's fit (:func:`runners.measure.fit.fit`)."""
     from runners import results
 
     bad_terms = [t for t in terms if t not in TERMS]
@@ -291,7 +292,7 @@ def calibrate(paths: Sequence[str | Path], *, environment: cm.Environment | None
     _require_mix(cells, "calibration")
     sweep = None
     if environment is None:
-        sweep = sweep_environment(files, loaded.records, name=name)
+        sweep = sweep_environment(files, loaded.records, name=name, host=host)
         base = sweep.environment
     else:
         base = environment

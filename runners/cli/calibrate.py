@@ -54,6 +54,9 @@ def calibrate_command(
              "beside compute; compute_loss_step, the compute a message on an idle link takes per latency step)")
     ] = "kappa_c,kappa_m,host_overhead",
     name: Annotated[str | None, typer.Option(help="environment name [default: calibrated:<sweep fit name>]")] = None,
+    host_buffers: Annotated[Path | None, typer.Option(
+        "--host-buffers", help="gloo's host buffer costs measured on the ranks' host ('commscope bench host-buffers "
+                               "--out FILE'), given to the sweep's fit")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
 ) -> None:
     """Calibrate alpha, beta, gamma on sweeps and interference and overhead on measured iterations."""
@@ -76,7 +79,10 @@ def calibrate_command(
                          f"{', '.join(solve.TERMS)}")
     env = cm.environment(environment) if environment is not None else None
     prof = load_model_profile(profile) if profile is not None else None
-    res = calibrate(records, environment=env, profile=prof, terms=wanted, name=name)
+    from runners.measure import host_buffers as probe
+
+    host = None if host_buffers is None else probe.load(host_buffers)
+    res = calibrate(records, environment=env, profile=prof, terms=wanted, name=name, host=host)
     for b in res.bad:
         print(f"commscope: skipped {b}", file=sys.stderr)
     if out is not None:
