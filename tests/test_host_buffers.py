@@ -237,7 +237,8 @@ def test_bench_host_buffers_writes_what_fit_and_calibrate_read(tmp_path: Path,
     assert "host_copy" in text and "host_fault" in text and f"wrote {out}" in text
     host = probe.load(out)
     recs = tmp_path / "r.jsonl"
-    rs.append(recs, _records(HOST.with_(gamma=0.0, host_copy=host[0], host_fault=host[1]), [2**k for k in range(10, 27)]))
+    truth = HOST.with_(gamma=0.0, host_copy=host[0], host_fault=host[1])
+    rs.append(recs, _records(truth, [2**k for k in range(10, 27)]))
     env_out = tmp_path / "env.json"
     assert main(["fit", str(recs), "--primitive", "allreduce,reduce_scatter", "--algorithm",
                  "gloo_ring_allreduce,allreduce_reduce_scatter", "--gamma", "0", "--host-buffers", str(out),
