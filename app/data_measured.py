@@ -240,6 +240,13 @@ def parameter_table(environments: Mapping[str, Mapping[str, Any]]) -> pd.DataFra
             rows.append({"link": str(link), "parameter": "burst_bytes", "value": burst, "unit": "B",
                          "ci95_low": math.nan, "ci95_high": math.nan, "status": "given",
                          "readable": f"{burst:,.0f} B", "note": "token bucket of the shaped link (tc tbf)"})
+        for name, what in (("host_copy", "gloo's own buffer copies on the host (probe, not fitted)"),
+                           ("host_fault", "more per byte of a buffer glibc maps afresh, from 32 MiB (probe)")):
+            value = _num(env.get(name))
+            if value > 0:  # measured by runners.measure.host_buffers and given to the fit
+                rows.append({"link": str(link), "parameter": name, "value": value, "unit": "s/byte",
+                             "ci95_low": math.nan, "ci95_high": math.nan, "status": "given",
+                             "readable": f"{value * 1e9:.3g} ns/B", "note": what})
     return pd.DataFrame(rows, columns=PARAMETER_COLUMNS)
 
 

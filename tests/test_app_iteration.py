@@ -354,3 +354,13 @@ def test_presets_show_their_interference_and_overhead(page: AppTest) -> None:
     shown = [m.value for m in page.sidebar.markdown]
     assert any("kappa_c = 0" in s and "kappa_m = 0" in s and "o = 0 us per message" in s for s in shown)
     assert any(f"Environment **{ENV.name}**" in c.value and "kappa_m = 0 " in c.value for c in page.caption)
+
+
+def test_custom_environment_sets_gloo_host_buffers(page: AppTest) -> None:
+    # gloo's own buffers (costmodels.collectives.host_buffers): the two inputs reach the environment
+    page.sidebar.radio(key="env_mode").set_value("custom").run()
+    page.sidebar.selectbox(key="env_library").set_value("gloo").run()
+    page.sidebar.number_input(key="env_host_copy").set_value(0.2).run()
+    page.sidebar.number_input(key="env_host_fault").set_value(0.8).run()
+    assert not page.exception, page.exception
+    assert any("gloo; host buffers 0.2 ns/B copied, 0.8 ns/B mapped" in c.value for c in page.sidebar.caption)
