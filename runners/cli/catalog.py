@@ -68,6 +68,8 @@ def show(
     c = cm.collective(name)
     print(f"{c.name} ({c.primitive}): {c.description}")
     print(f"  T = {c.expr}")
+    if c.host != 0:  # the library's own host buffers (costmodels.collectives.host_buffers), after the link
+        print(f"    + {c.host}   (host buffers: mu = host_copy, phi = host_fault, s/byte)")
     print(f"  domain: {c.domain.describe()}")
     for q in c.params:
         print(f"  parameter {q.name}: {q.description} (default {q.default_text})")
