@@ -249,3 +249,16 @@ def test_bench_host_buffers_writes_what_fit_and_calibrate_read(tmp_path: Path,
     assert main(["calibrate", str(recs), "--host-buffers", str(tmp_path / "missing.json")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "missing.json" in err
+
+
+def test_a_messages_latency_steps_leave_its_host_buffers_out() -> None:
+    # the contended floor counts S latency steps: a 64 MiB gloo reduce-scatter on 4 ranks is the ring's 2 (p - 1) = 6,
+    # with or without the host buffers (which are host work, not steps)
+    from costmodels.messages import Comm
+    from costmodels.schedules.contended import latency_steps
+
+    p = np.array([4])
+    for env in (LINK, HOST):
+        arr = cm.EnvironmentArray.of([env])
+        steps = latency_steps(Comm("reduce_scatter", p, arr), p, arr, np.array([[64.0 * MiB]]))
+        assert np.asarray(steps).ravel().tolist() == [6.0]

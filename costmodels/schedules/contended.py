@@ -19,7 +19,8 @@ import numpy as np
 from ..environment_array import EnvironmentArray
 from ..messages import WIRE, Comm
 
-ZEROED = ("gamma", "burst_bytes", "kappa_c", "kappa_m", "host_overhead", "contended_step", "compute_loss_step")
+ZEROED = ("gamma", "burst_bytes", "kappa_c", "kappa_m", "host_overhead", "contended_step", "compute_loss_step",
+          "host_copy", "host_fault")  # a message's steps, not its host buffers
 
 
 def latency_steps(comm: Comm, p: np.ndarray, env: EnvironmentArray, sizes: Any) -> Any:
