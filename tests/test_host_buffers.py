@@ -262,3 +262,12 @@ def test_a_messages_latency_steps_leave_its_host_buffers_out() -> None:
         arr = cm.EnvironmentArray.of([env])
         steps = latency_steps(Comm("reduce_scatter", p, arr), p, arr, np.array([[64.0 * MiB]]))
         assert np.asarray(steps).ravel().tolist() == [6.0]
+
+
+@pytest.mark.multiprocess
+def test_a_rank_that_fails_is_one_line_at_once(capsys: pytest.CaptureFixture[str]) -> None:
+    # 1 TiB cannot be allocated: the ranks say why, the parent says it in one line and exits 2, no rank left behind
+    assert main(["bench", "host-buffers", "--ranks", "2", "--size", "1TiB"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "host buffer probe: rank" in err and "can't allocate memory" in err
+    assert "Traceback" not in err

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import queue as queue_module
 import resource
 import statistics
 import time
@@ -38,6 +39,14 @@ TIMEOUT_S = 120.0
 
 
 def _worker(rank: int, nbytes: int, repeats: int, barrier: Any, queue: Any) -> None:  # pragma: no cover - child
+    try:
+        _measure_rank(rank, nbytes, repeats, barrier, queue)
+    except Exception as exc:  # told to the parent, which says it in one line (no traceback from a rank)
+        barrier.abort()
+        queue.put(("error", rank, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
+
+
+def _measure_rank(rank: int, nbytes: int, repeats: int, barrier: Any, queue: Any) -> None:  # pragma: no cover
     import torch
 
     torch.set_num_threads(1)
@@ -69,16 +78,23 @@ def measure(ranks: int, nbytes: int = 2 * MMAP_THRESHOLD_MAX, repeats: int = 5) 
     barrier, queue = ctx.Barrier(ranks), ctx.Queue()
     procs = [ctx.Process(target=_worker, args=(r, nbytes, repeats, barrier, queue), daemon=True)
              for r in range(ranks)]
-    results = []
+    results: list[Any] = []
     try:
         for proc in procs:
             proc.start()
         deadline = time.monotonic() + TIMEOUT_S
-        for _ in procs:
-            results.append(queue.get(timeout=max(deadline - time.monotonic(), 0.1)))
-    except Exception as exc:  # a rank that died or hung: one line, and no rank left behind
-        raise CommscopeError(f"host buffer probe: {ranks} rank(s) did not finish within {TIMEOUT_S:.0f} s "
-                             f"({type(exc).__name__})") from None
+        while len(results) < ranks:
+            try:
+                got = queue.get(timeout=1.0)
+            except queue_module.Empty:  # a rank that died or hung: one line, and no rank left behind
+                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                if dead or time.monotonic() > deadline:
+                    why = f"a rank exited with code {dead[0]}" if dead else f"not done within {TIMEOUT_S:.0f} s"
+                    raise CommscopeError(f"host buffer probe: {why}") from None
+                continue
+            if got[0] == "error":
+                raise CommscopeError(f"host buffer probe: rank {got[1]} failed ({got[2]})")
+            results.append(got)
     finally:
         for proc in procs:
             if proc.is_alive():
