@@ -265,9 +265,10 @@ def test_a_messages_latency_steps_leave_its_host_buffers_out() -> None:
 
 
 @pytest.mark.multiprocess
-def test_a_rank_that_fails_is_one_line_at_once(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_rank_that_fails_is_one_line_at_once(capfd: pytest.CaptureFixture[str]) -> None:
     # 1 TiB cannot be allocated: the ranks say why, the parent says it in one line and exits 2, no rank left behind
+    # (capfd: the ranks' own stderr is captured too)
     assert main(["bench", "host-buffers", "--ranks", "2", "--size", "1TiB"]) == 2
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err
     assert err.count("\n") == 1 and "host buffer probe: rank" in err and "can't allocate memory" in err
     assert "Traceback" not in err
