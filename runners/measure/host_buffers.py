@@ -73,7 +73,8 @@ def measure(ranks: int, nbytes: int = 2 * MMAP_THRESHOLD_MAX, repeats: int = 5) 
     """``host_copy`` and ``host_fault`` of ``ranks`` processes copying ``nbytes`` together (module doc)."""
     for name, value, least in (("ranks", ranks, 1), ("repeats", repeats, 1), ("nbytes", nbytes, MMAP_THRESHOLD_MAX)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise CommscopeError(f"host buffer probe: {name} must be an integer >= {least}, got {value!r}")
+            why = " (32 MiB: below it glibc keeps the buffer the probe must map afresh)" if name == "nbytes" else ""
+            raise CommscopeError(f"host buffer probe: {name} must be an integer >= {least}{why}, got {value!r}")
     ctx = mp.get_context("spawn")
     barrier, queue = ctx.Barrier(ranks), ctx.Queue()
     procs = [ctx.Process(target=_worker, args=(r, nbytes, repeats, barrier, queue), daemon=True)
