@@ -175,21 +175,23 @@ def _terms(keep) -> dict:
                                    "about 0.5 ms on 4 gloo ranks over 2 cores); a message queued behind another "
                                    "takes none; 0 on GPUs.")
     st.caption("0, 0, 0, 0, 0: communication overlaps compute for free, as the alpha-beta model has it.")
-    copy_ns = st.number_input("host copy (ns/B of gloo's own buffers)", 0.0, 100.0, step=0.05, format="%.3f",
-                              **keep("env_host_copy"), **initial("env_host_copy", value=0.0),
-                              help="gloo's reduce_scatter clones its input and copies the shard out; its "
-                                   "all_gather copies the result out of a buffer of its own: (n + n/p) and n bytes "
-                                   "at this cost ('commscope bench host-buffers' measures it: 0.10-0.19 on 4 ranks "
-                                   "over 2 cores).")
-    fault_ns = st.number_input("host fault (ns/B more for a buffer mapped afresh, from 32 MiB)", 0.0, 100.0,
-                               step=0.05, format="%.3f", **keep("env_host_fault"),
-                               **initial("env_host_fault", value=0.0),
-                               help="glibc maps an allocation of 32 MiB or more afresh on every call, every 4 KiB "
-                                    "page faulting: the reduce_scatter's clone pays this per byte (0.75-0.85 "
-                                    "measured on 4 ranks over 2 cores).")
+    copy = _per_byte("host copy (ns/B of gloo's own buffers)", "env_host_copy", keep,
+                     "gloo's reduce_scatter clones its input and copies the shard out; its all_gather copies the "
+                     "result out of a buffer of its own: (n + n/p) and n bytes at this cost ('commscope bench "
+                     "host-buffers' measures it: 0.08-0.19 on 4 ranks over 2 cores).")
+    fault = _per_byte("host fault (ns/B more for a buffer mapped afresh, from 32 MiB)", "env_host_fault", keep,
+                      "glibc maps an allocation of 32 MiB or more afresh on every call, every 4 KiB page faulting: "
+                      "the reduce_scatter's clone pays this per byte (0.75-0.85 measured on 4 ranks over 2 cores).")
     return {"kappa_c": float(kc), "kappa_m": float(km), "host_overhead": float(o_us) * 1e-6,
             "contended_step": float(step_ms) * 1e-3, "compute_loss_step": float(loss_ms) * 1e-3,
-            "host_copy": float(copy_ns) * 1e-9, "host_fault": float(fault_ns) * 1e-9}
+            "host_copy": copy, "host_fault": fault}
+
+
+def _per_byte(label: str, key: str, keep, help_: str) -> float:
+    """A per-byte cost entered in ns/B (0-100), returned in s/B."""
+    value = st.number_input(label, 0.0, 100.0, step=0.05, format="%.3f", **keep(key), **initial(key, value=0.0),
+                            help=help_)
+    return float(value) * 1e-9
 
 
 LINK_LABELS = {"network": "network (NICs, switches)", "nvlink": "NVLink", "pcie": "PCIe"}
