@@ -58,7 +58,7 @@ def crossover_expr(a: str, b: str) -> sp.Expr | None:
     For ``T_a = A_a + B_a n`` and ``T_b = A_b + B_b n``: ``n* = (A_b - A_a) / (B_a - B_b)``.
     """
     ca, cb = collective(a), collective(b)
-    pa, pb = _affine_parts(ca.expr), _affine_parts(cb.expr)
+    pa, pb = _affine_parts(ca.expr + ca.host), _affine_parts(cb.expr + cb.host)  # host buffers too, as at()
     if pa is None or pb is None:
         return None
     denom = sp.simplify(pa[1] - pb[1])

@@ -272,3 +272,11 @@ def test_a_rank_that_fails_is_one_line_at_once(capfd: pytest.CaptureFixture[str]
     err = capfd.readouterr().err
     assert err.count("\n") == 1 and "host buffer probe: rank" in err and "can't allocate memory" in err
     assert "Traceback" not in err
+
+
+def test_the_symbolic_crossover_sees_the_host_buffers_as_the_numeric_one_does() -> None:
+    # the fresh clone is piecewise in n (from 32 MiB): gloo's reduce-scatter has no one closed-form crossover
+    assert cm.crossover_expr("allreduce_reduce_scatter", "ring_reduce_scatter") is None
+    # and the numeric crossover prices it: on 4 ranks, with the host buffers, gloo's reduce-scatter never wins
+    x = cm.crossover("allreduce_reduce_scatter", "ring_reduce_scatter", p=4, env=HOST)
+    assert x.sizes == [] and x.cheaper_below == "ring_reduce_scatter"
