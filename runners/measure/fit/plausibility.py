@@ -174,19 +174,18 @@ def use_warnings(source: FitResult | cm.Environment | None, *, sizes: Any = None
                        f"was measured on ({cm.format_size(have[0])}): far outside the fit")
     if f.library == "gloo" and used and max(used) >= FRESH_MAPPING_BYTES and have and have[1] < FRESH_MAPPING_BYTES:
         start = f"used at sizes up to {cm.format_size(max(used))}: from {cm.format_size(FRESH_MAPPING_BYTES)} on, "
+        every = "a fresh buffer of the message's size on every call (glibc's mmap threshold stops rising there), "
+        measured = ("slower where the wire does not hide the host's work (measured 1.14-1.25x per byte at 2.5 "
+                    "Gbit/s, 1.01-1.02x at 200 Mbit/s)")
         if f.host_fault > 0:  # the reduce-scatter's clone is priced (host_buffers.py); the all-gather's output not
-            out.append(start + "PyTorch's gloo all_gather gathers into a fresh buffer of the message's size on every "
-                       "call (glibc's mmap threshold stops rising there), whose page faults overlap its receives and "
-                       "are not priced (reduce_scatter's fresh clone is, at the measured host_fault): expect "
-                       "all_gather slower where the wire does not hide the host's work (measured 1.14-1.25x per "
-                       "byte at 2.5 Gbit/s, 1.01-1.02x at 200 Mbit/s)")
+            out.append(start + "PyTorch's gloo all_gather gathers into " + every + "whose page faults overlap its "
+                       "receives and are not priced (reduce_scatter's fresh clone is, at the measured host_fault): "
+                       "expect all_gather " + measured)
         else:
-            out.append(start + "PyTorch's gloo all_gather and reduce_scatter map and first-touch a fresh buffer of "
-                       "the message's size on every call (glibc's mmap threshold stops rising there), which this "
-                       f"fit's records (up to {cm.format_size(have[1])}) do not show and which this environment "
-                       "does not price (no host_fault: 'commscope bench host-buffers', then 'commscope fit "
-                       "--host-buffers'): expect those two slower where the wire does not hide the host's work "
-                       "(measured 1.14-1.25x per byte at 2.5 Gbit/s, 1.01-1.02x at 200 Mbit/s)")
+            out.append(start + "PyTorch's gloo all_gather and reduce_scatter map and first-touch " + every +
+                       f"which this fit's records (up to {cm.format_size(have[1])}) do not show and which this "
+                       "environment does not price (no host_fault: 'commscope bench host-buffers', then 'commscope "
+                       "fit --host-buffers'): expect those two " + measured)
     ps = [q for q in _values(p) if q >= 2]
     if f.p and ps:
         hi_p, lo_p = max(ps), min(ps)
