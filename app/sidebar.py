@@ -181,7 +181,7 @@ def _terms(keep) -> dict:
                      "host-buffers' measures it: 0.08-0.19 on 4 ranks over 2 cores).")
     fault = _per_byte("host fault (ns/B more for a buffer mapped afresh, from 32 MiB)", "env_host_fault", keep,
                       "glibc maps an allocation of 32 MiB or more afresh on every call, every 4 KiB page faulting: "
-                      "the reduce_scatter's clone pays this per byte (0.75-0.85 measured on 4 ranks over 2 cores).")
+                      "the reduce_scatter's clone pays this per byte (0.75-0.95 measured on 4 ranks over 2 cores).")
     return {"kappa_c": float(kc), "kappa_m": float(km), "host_overhead": float(o_us) * 1e-6,
             "contended_step": float(step_ms) * 1e-3, "compute_loss_step": float(loss_ms) * 1e-3,
             "host_copy": copy, "host_fault": fault}
