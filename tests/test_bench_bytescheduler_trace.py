@@ -10,16 +10,10 @@ Steps start at 0, 1, ..., 5 s on both ranks (WARMUP = 4: the timed step is [4, 5
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from scripts import load_script
 
-SPEC = importlib.util.spec_from_file_location("bench_bytescheduler_trace", Path(__file__).parents[1] / "bench" /
-                                              "bench_bytescheduler_trace.py")
-assert SPEC is not None and SPEC.loader is not None
-BENCH = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(BENCH)
+BENCH = load_script("bench/bench_bytescheduler_trace.py")
 
 
 def _rank(ready: float, issue: float, bcast: tuple[float, float] | None) -> dict:

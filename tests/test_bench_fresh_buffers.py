@@ -7,20 +7,17 @@ fresh / reused = 8. Collectives (chain times): all_gather 16 MiB 48 ms = 2.861 n
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from scripts import load_script
 
 ROOT = Path(__file__).parents[1]
 if str(ROOT / "bench") not in sys.path:  # as when the script runs: its directory first on the path (bench/_timing.py)
     sys.path.insert(0, str(ROOT / "bench"))
-SPEC = importlib.util.spec_from_file_location("bench_fresh_buffers", ROOT / "bench" / "bench_fresh_buffers.py")
-assert SPEC is not None and SPEC.loader is not None
-BENCH = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(BENCH)
+BENCH = load_script("bench/bench_fresh_buffers.py")
 MIB = 2**20
 
 

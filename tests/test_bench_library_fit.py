@@ -3,12 +3,12 @@ error (issue 15, item 6)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from scripts import load_script
 
 from runners import reference
 
@@ -16,11 +16,7 @@ ROOT = Path(reference.__file__).parents[2]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_library_fit", ROOT / "bench" / "bench_library_fit.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/bench_library_fit.py")
 
 
 def test_each_pair_reports_its_sweeps_uncertainty() -> None:

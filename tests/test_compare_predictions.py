@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
 
 import pytest
+from scripts import load_script
 
 from runners import reference
 
@@ -15,11 +15,7 @@ ROOT = Path(reference.__file__).parents[2]
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("compare_predictions", ROOT / "tools" / "compare_predictions.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/compare_predictions.py")
 
 
 def _copy(root: Path, run: str = "validation-run6") -> Path:

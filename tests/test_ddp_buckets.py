@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import numpy as np
+from scripts import load_script
 
 from costmodels.schedules import DDP_FIRST_BUCKET_BYTES
 from costmodels.schedules.blocks import greedy_buckets
@@ -65,14 +66,7 @@ def test_a_run_of_fusion_is_priced_with_its_first_bucket_at_the_cap() -> None:
 
 
 def test_overlap_diagnostics_bench_refuses_a_single_rank(capsys) -> None:
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "bench" / "bench_overlap_diagnostics.py"
-    spec = importlib.util.spec_from_file_location("bench_overlap_diagnostics", path)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("bench/bench_overlap_diagnostics.py")
     assert bench.main(["--nodes", "1", "--ranks-per-node", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["commscope: error: need at least 2 ranks and 1 repeat, got --nodes 1 --ranks-per-node 1 "

@@ -9,7 +9,6 @@ noise gives errors up to ~3% for alpha and ~1.1% for beta, hence the repeats and
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from scripts import load_script
 
 import costmodels as cm
 from runners import results as rs
@@ -469,10 +469,7 @@ def test_cli_errors_are_one_line_with_exit_code_2(tmp_path: Path, capsys: pytest
 
 # ---------------------------------------------------------------------------------- benchmark
 def test_bench_fit_reports_p1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = importlib.util.spec_from_file_location("bench_fit", ROOT / "bench" / "bench_fit.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("bench/bench_fit.py")
     src = write(tmp_path / "sweep.jsonl", synth("ring_allreduce", reps=2))
     assert bench.main([str(src), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

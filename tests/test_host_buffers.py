@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scripts import load_script
 
 import costmodels as cm
 from costmodels.collectives.host_buffers import MMAP_THRESHOLD_MAX
@@ -205,12 +206,7 @@ def test_held_out_64_mib_reduce_scatter_is_predicted_with_the_probe_and_missed_w
     sweep up to 16 MiB, with the probe's host buffers given and without; at 64 MiB, never seen by the fit, the
     reduce-scatter's median error over the three links must be <= 5% with them and below the median without.
     Measured: +1.7 / -0.1 / -2.5% with, -5.1 / -1.5 / -17.4% without (1 Gbit/s 2 x 2, 200 Mbit/s, 2.5 Gbit/s)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_host_buffers", ROOT / "bench" / "bench_host_buffers.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("bench/bench_host_buffers.py")
     res = bench.measure(DATA / "heldout")
     rows = [r["reduce_scatter"] for r in res["links"].values()]
     with_, without = (np.median([abs(r[f"error_{k}"]) for r in rows]) for k in ("with", "without"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scripts import load_script
 
 from costmodels.llm import published, published_llama3
 from costmodels.llm.iteration import ACHIEVED
@@ -110,15 +111,12 @@ def test_llama3_kernel_model_meets_goal():
 
 
 def test_published_llm_records_are_in_sync_with_the_tables():
-    import importlib.util
     from pathlib import Path
 
     from runners import results
 
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("make_llm", root / "tools" / "make_published_llm_records.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_script("tools/make_published_llm_records.py")
     assert tool.main(["--check"]) == 0, "run tools/make_published_llm_records.py"
     loaded = results.load(root / "runners" / "reference" / "published" / "llm_records.jsonl")
     assert not loaded.bad and len(loaded.records) == 13

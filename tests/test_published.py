@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 import pytest
+from scripts import load_script
 
 from runners import reference
 from runners.results import validate
@@ -38,13 +39,7 @@ def test_published_records_are_valid_records_with_citations() -> None:
 
 
 def test_the_records_are_what_the_tool_makes_of_the_sources() -> None:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("make_published", Path(reference.__file__).parents[2] / "tools" /
-                                                  "make_published_records.py")
-    assert spec is not None and spec.loader is not None
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_script("tools/make_published_records.py")
     strip = lambda r: {k: v for k, v in r.items() if k not in ("id", "time")}  # noqa: E731
     assert [strip(r) for r in tool.records()] == [strip(r) for r in reference.published_records()]
 
@@ -170,13 +165,7 @@ def test_every_published_point_has_a_prediction() -> None:
 
 
 def test_bench_published_summarises_every_point_by_regime(capsys: pytest.CaptureFixture[str]) -> None:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_published", Path(reference.__file__).parents[2] / "bench" /
-                                                  "bench_published.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("bench/bench_published.py")
     res = bench.measure()
     assert list(res["systems"]) == reference.published_systems()
     for name, s in res["systems"].items():

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from scripts import load_script
 
 import costmodels as cm
 from costmodels.messages import Comm
@@ -413,14 +414,7 @@ def test_a_failed_job_is_reported_with_its_error_line(tmp_path) -> None:
 
 
 def test_bench_validation_summarises_every_shipped_run() -> None:
-    import importlib.util
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("bench_validation", root / "bench" / "bench_validation.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("bench/bench_validation.py")
     runs = [bench.analyse(reference.run_dir(run)) for run in reference.RUNS]
     rows = bench.summary(runs)
     assert [(r["run"], r["prediction"]) for r in rows] == [
@@ -480,13 +474,8 @@ def test_latency_scale_by_hand() -> None:
 
 
 def test_bench_latency_probes_on_the_kept_run(capsys: pytest.CaptureFixture[str]) -> None:
-    import importlib.util
-
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("bench_latency_probes", root / "bench" / "bench_latency_probes.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("bench/bench_latency_probes.py")
     res = bench.measure(root / "bench" / "results" / "validation_4ranks_latency")
     assert len(res["rows"]) == 54 and res["sweep"]["cells"] == 6
     scales = sorted(r["latency_scale"] for r in res["rows"])

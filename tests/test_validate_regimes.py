@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from scripts import load_script
 
 import costmodels as cm
 from runners import results
@@ -221,13 +222,7 @@ def test_same_fit_tells_float_noise_from_a_change():
 
 def test_repredict_tool_refuses_unknown_terms_in_one_line(tmp_path, capsys):
     """``tools/repredict_validation.py DIR --terms ...``: an unknown term is refused before anything is read."""
-    import importlib.util
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("repredict_tool", root / "tools" / "repredict_validation.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_script("tools/repredict_validation.py")
     assert tool.main([str(tmp_path), "--terms", "kappa_c,kappa_x"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("commscope: error: unknown term(s) kappa_x; allowed:") and "contended_step" in err

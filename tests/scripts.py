@@ -1,0 +1,23 @@
+"""The project's scripts (``bench/*.py``, ``tools/*.py``) loaded as modules, for the tests that call their
+functions: they are files, not packages, so they are loaded from their path."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script(relative: str) -> ModuleType:
+    """The script at ``relative`` (to the repository root, e.g. ``"bench/bench_fit.py"``), executed as a module
+    named after its file and registered in ``sys.modules`` (dataclasses look their module up there)."""
+    path = ROOT / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
