@@ -75,6 +75,24 @@ def compare(before: Path, after: Path, prediction: str = "calibrated", median_sl
         "only_after": sorted(runs[after] - runs[before])}
 
 
+def report(res: dict[str, Any]) -> str:
+    """:func:`compare`'s result as the table the command prints."""
+    lines = [f"prediction {res['prediction']}: before -> after"]
+    for r in res["runs"]:
+        b, f = r["before"], r["after"]
+        lines.append(f"  {r['run']:>28}: median {b['median']:5.1%} -> {f['median']:5.1%}, max {b['max']:5.1%} -> "
+                     f"{f['max']:5.1%}, winners {b['winners']} -> {f['winners']} of {f['winner_cells']}")
+    n = len(res["runs"])
+    lines.append(f"median worse by more than {res['median_slack']:.1%} on {res['median_worse']} of {n} runs; max "
+                 f"worse by more than {res['max_slack']:.1%} on {res['max_worse']} of {n}")
+    lines.append(f"runs with max <= {GOAL_MAX:.0%}: {res['max_within_goal']['before']} -> "
+                 f"{res['max_within_goal']['after']}; winners {res['winners']['before']} -> "
+                 f"{res['winners']['after']} of {res['winner_cells']['after']}")
+    lines += [f"  in {side.replace('_', ' ')}: {', '.join(res[side])} (not compared)"
+              for side in ("only_before", "only_after") if res[side]]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("before", type=Path)
@@ -89,22 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # one line, exit 2 (missing roots, no shared run, bad prediction or slack)
         print(f"commscope: error: {exc}", file=sys.stderr)
         return 2
-    if a.json:
-        print(json.dumps(res, indent=1))
-        return 0
-    print(f"prediction {res['prediction']}: before -> after")
-    for r in res["runs"]:
-        b, f = r["before"], r["after"]
-        print(f"  {r['run']:>28}: median {b['median']:5.1%} -> {f['median']:5.1%}, max {b['max']:5.1%} -> "
-              f"{f['max']:5.1%}, winners {b['winners']} -> {f['winners']} of {f['winner_cells']}")
-    n = len(res["runs"])
-    print(f"median worse by more than {res['median_slack']:.1%} on {res['median_worse']} of {n} runs; max worse by "
-          f"more than {res['max_slack']:.1%} on {res['max_worse']} of {n}")
-    print(f"runs with max <= {GOAL_MAX:.0%}: {res['max_within_goal']['before']} -> {res['max_within_goal']['after']};"
-          f" winners {res['winners']['before']} -> {res['winners']['after']} of {res['winner_cells']['after']}")
-    for side in ("only_before", "only_after"):
-        if res[side]:
-            print(f"  in {side.replace('_', ' ')}: {', '.join(res[side])} (not compared)")
+    print(json.dumps(res, indent=1) if a.json else report(res))
     return 0
 
 
