@@ -39,3 +39,20 @@ def test_each_pair_reports_its_sweeps_uncertainty() -> None:
     assert len(se) == 5 and res["pairs"]["2500mbit/allreduce"]["median_standard_error"] == pytest.approx(np.median(se))
     # the three sizes below 4 MiB took 100 iterations, 4 and 16 MiB 10
     assert sorted(len(r["result"]["times"]) for r in recs) == [10, 10, 100, 100, 100]
+
+
+def test_without_a_directory_every_shipped_run_is_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    bench = _bench()
+    assert bench.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.count("goal met in ") == len(reference.RUNS)
+    # each run's own count, as measure() gives it (validation-run6: 8 of 9, the test above)
+    counts = ", ".join(f"{run} {bench.measure(reference.run_dir(run))['met']} of 9" for run in reference.RUNS)
+    assert out.rstrip().splitlines()[-1] == f"every run: {counts}"
+    assert "validation-run6 8 of 9" in counts
+
+
+def test_a_missing_directory_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    assert _bench().main([str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"commscope: error: {tmp_path / 'nowhere'} is not a directory\n"
