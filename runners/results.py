@@ -177,12 +177,16 @@ def network_spec() -> dict[str, Any] | None:
 
 def run_info(backend: str, world_size: int, ranks_per_node: int, devices: Sequence[str] | None = None,
              **extra: Any) -> dict[str, Any]:
-    """Where a measurement ran: host, backend, world size, ranks per node, devices, versions, network."""
+    """Where a measurement ran: host, backend, world size, ranks per node, devices, versions, network, and the host
+    allocator's settings (:func:`runners.torchrun.allocator.recorded`)."""
     if devices is None:
         devices = [cpu_name()]
+    from runners.torchrun.allocator import recorded
+
     info = {"host": socket.gethostname(), "backend": backend, "world_size": int(world_size),
             "ranks_per_node": int(ranks_per_node), "devices": list(devices), **_versions(),
-            "network": network_spec(), "python": platform.python_version(), "platform": platform.platform()}
+            "network": network_spec(), "python": platform.python_version(), "platform": platform.platform(),
+            "malloc": recorded()}
     info.update(extra)
     return info
 

@@ -61,12 +61,13 @@ def _gpus() -> int:
 
 
 def start_torchrun(cmd: list[str], env: dict[str, str] | None = None) -> int:
-    """Run a torchrun command line to its end under :func:`.lifeline.supervised` and return its exit code:
+    """Run a torchrun command line to its end under :func:`.lifeline.supervised` and return its exit code, the ranks
+    under commscope's host allocator policy (:mod:`.allocator`):
     torchrun dies with this process (and its ranks with torchrun), SIGTERM/SIGHUP/Ctrl-C here stop torchrun's
     process group (raising :class:`.lifeline.Terminated` or KeyboardInterrupt once it is down)."""
-    from . import lifeline
+    from . import allocator, lifeline
 
-    env = dict(os.environ if env is None else env)
+    env = allocator.with_policy(os.environ if env is None else env)  # the ranks' malloc policy (allocator.py)
     env[lifeline.LAUNCHER_VARIABLE] = str(os.getpid())  # the ranks check that torchrun's parent is still this one
     return lifeline.run(cmd, env=env)
 

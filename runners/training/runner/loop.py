@@ -19,7 +19,9 @@ whole timed loop (started on all ranks by a barrier, max over ranks), with ``mea
 (local SGD: the max over ranks of each iteration would overstate a period), and ``time_rank_mean_s``: the median
 over iterations of the *mean* over ranks of each rank's step time, and ``counters``: what the technique did per
 timed step, the mean over steps and ranks of its :class:`~runners.training.base.StepResult` ``extra`` (messages,
-buckets; ByteScheduler's negotiated batches and the seconds its communication thread spent negotiating them).
+buckets; ByteScheduler's negotiated batches and the seconds its communication thread spent negotiating them), and
+``minor_faults_per_step``: the training thread's minor page faults per timed step, the mean over ranks (Linux;
+:mod:`runners.torchrun.allocator` says why they matter and the policy that keeps them at zero).
 Where a step does not end at a synchronisation
 (ByteScheduler's step returns while its partitions still travel) the ranks' step boundaries drift apart, and the
 maximum over ranks of one iteration exceeds the period: the mean over iterations of that maximum is at least
@@ -52,6 +54,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runners import results
+from runners.torchrun.allocator import thread_minor_faults
 
 from .options import PARTS, Options, TrainError
 
@@ -326,8 +329,12 @@ def train(ctx: Context, opts: Options, stdout: Any = None) -> list[dict[str, Any
     every = max(1, opts.iterations // 10)
     ctx.dist.barrier()  # the timed loop starts on all ranks together
     loop_started = time.perf_counter()
+    faults = 0.0  # the training thread's minor page faults over the timed steps (allocator.py)
     for k in range(1, opts.iterations + 1 if diverged is None else 1):
+        before = thread_minor_faults()
         r = one_step()
+        after = thread_minor_faults()
+        faults += float(after - before) if before is not None and after is not None else math.nan
         local.append([float(getattr(r, part)) for part in PARTS])
         counted.append(dict(getattr(r, "extra", None) or {}))
         losses.append(float(r.loss))
@@ -372,6 +379,9 @@ def train(ctx: Context, opts: Options, stdout: Any = None) -> list[dict[str, Any
         res.update(diverged_step=diverged, iterations_timed=len(local))
     if counters:
         res["counters"] = counters
+    faults = _mean_over_ranks(ctx, faults / len(local))
+    if math.isfinite(faults):
+        res["minor_faults_per_step"] = faults
     for i, part in enumerate(PARTS[1:], start=1):
         res[f"{part}_s"] = _quantile([row[i] for row in per_iter], 0.5)
     # the rank that arrives last waits for no one: its exposed communication is the iteration's own
