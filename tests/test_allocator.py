@@ -1,6 +1,6 @@
-"""The ranks' host allocator policy (runners/torchrun/allocator.py): set by the launcher, kept when the caller set
-it, left out on request, recorded; and what it is for, measured in a real process: memory freed and allocated again
-is not faulted in afresh under it, where glibc's fixed default threshold maps every large allocation anew."""
+"""The allocator settings and page-fault counter of runners/torchrun/allocator.py: the settings are recorded as the
+process has them, and the counter counts the pages a thread faults in: in a real process, memory freed and allocated
+again faults afresh when glibc maps every allocation from 128 KiB, and not when its heap keeps what was freed."""
 
 from __future__ import annotations
 
@@ -11,34 +11,18 @@ import textwrap
 
 import pytest
 
-from runners.torchrun import allocator, launcher
+from runners.torchrun import allocator
 
-POLICY = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "68719476736"}
-
-
-def test_the_policy_is_added_and_a_callers_own_setting_kept() -> None:
-    assert allocator.POLICY == POLICY  # 32 MiB (glibc's own ceiling for its dynamic threshold), 64 GiB
-    assert allocator.with_policy({"PATH": "/bin"}) == {"PATH": "/bin", **POLICY}
-    mine = {"MALLOC_MMAP_THRESHOLD_": "65536"}
-    assert allocator.with_policy(mine) == {**POLICY, **mine}
-    assert allocator.with_policy({"COMMSCOPE_MALLOC_POLICY": " GLIBC "}) == {"COMMSCOPE_MALLOC_POLICY": " GLIBC "}
-    assert allocator.recorded({"MALLOC_TRIM_THRESHOLD_": "1"}) == {"MALLOC_MMAP_THRESHOLD_": None,
-                                                                    "MALLOC_TRIM_THRESHOLD_": "1"}
+KEPT = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "68719476736"}
+MAPPED = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
 
 
-def test_start_torchrun_gives_the_ranks_the_policy(monkeypatch: pytest.MonkeyPatch) -> None:
-    from runners.torchrun import lifeline
+def test_the_settings_are_recorded_as_the_process_has_them() -> None:
+    assert allocator.recorded({"MALLOC_TRIM_THRESHOLD_": "1", "PATH": "/bin"}) == {"MALLOC_MMAP_THRESHOLD_": None,
+                                                                                   "MALLOC_TRIM_THRESHOLD_": "1"}
+    from runners import results
 
-    seen = {}
-    monkeypatch.setattr(lifeline, "run", lambda cmd, env: seen.update(env) or 0)
-    monkeypatch.delenv("COMMSCOPE_MALLOC_POLICY", raising=False)
-    for name in POLICY:
-        monkeypatch.delenv(name, raising=False)
-    assert launcher.start_torchrun(["true"]) == 0
-    assert {k: seen[k] for k in POLICY} == POLICY and seen[lifeline.LAUNCHER_VARIABLE] == str(os.getpid())
-    seen.clear()
-    assert launcher.start_torchrun(["true"], {"COMMSCOPE_MALLOC_POLICY": "glibc"}) == 0
-    assert not any(k in seen for k in POLICY)
+    assert results.run_info("gloo", 1, 1)["malloc"] == allocator.recorded()
 
 
 _PROGRAM = textwrap.dedent("""
@@ -57,7 +41,7 @@ _PROGRAM = textwrap.dedent("""
 
 
 def _faults_per_step(env: dict[str, str]) -> int:
-    env = {**{k: v for k, v in os.environ.items() if k not in POLICY}, **env, "OMP_NUM_THREADS": "1"}
+    env = {**{k: v for k, v in os.environ.items() if k not in KEPT}, **env, "OMP_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, "-c", _PROGRAM], env=env, capture_output=True, text=True, timeout=120,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr[-2000:]
@@ -65,8 +49,8 @@ def _faults_per_step(env: dict[str, str]) -> int:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RUSAGE_THREAD and glibc's malloc are Linux's")
-def test_under_the_policy_freed_memory_is_reused_without_faults() -> None:
-    # 10.25 MiB a step = 2,624 pages of 4 KiB: all of them faulted afresh when glibc maps every allocation from
-    # 128 KiB (its default threshold, fixed once set), none once the policy's heap holds them
-    assert _faults_per_step(allocator.POLICY) <= 16
-    assert _faults_per_step({"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}) >= 2600
+def test_the_counter_counts_memory_faulted_in_afresh() -> None:
+    # 10.25 MiB a step = 2,624 pages of 4 KiB: all faulted afresh when glibc maps every allocation from 128 KiB
+    # (its default threshold, fixed once set), none once the heap keeps what was freed (threshold 32 MiB, no trim)
+    assert _faults_per_step(MAPPED) >= 2600
+    assert _faults_per_step(KEPT) <= 16

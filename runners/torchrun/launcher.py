@@ -61,13 +61,12 @@ def _gpus() -> int:
 
 
 def start_torchrun(cmd: list[str], env: dict[str, str] | None = None) -> int:
-    """Run a torchrun command line to its end under :func:`.lifeline.supervised` and return its exit code, the ranks
-    under commscope's host allocator policy (:mod:`.allocator`):
+    """Run a torchrun command line to its end under :func:`.lifeline.supervised` and return its exit code:
     torchrun dies with this process (and its ranks with torchrun), SIGTERM/SIGHUP/Ctrl-C here stop torchrun's
     process group (raising :class:`.lifeline.Terminated` or KeyboardInterrupt once it is down)."""
-    from . import allocator, lifeline
+    from . import lifeline
 
-    env = allocator.with_policy(os.environ if env is None else env)  # the ranks' malloc policy (allocator.py)
+    env = dict(os.environ if env is None else env)
     env[lifeline.LAUNCHER_VARIABLE] = str(os.getpid())  # the ranks check that torchrun's parent is still this one
     return lifeline.run(cmd, env=env)
 

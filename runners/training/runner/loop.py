@@ -21,7 +21,7 @@ over iterations of the *mean* over ranks of each rank's step time, and ``counter
 timed step, the mean over steps and ranks of its :class:`~runners.training.base.StepResult` ``extra`` (messages,
 buckets; ByteScheduler's negotiated batches and the seconds its communication thread spent negotiating them), and
 ``minor_faults_per_step``: the training thread's minor page faults per timed step, the mean over ranks (Linux;
-:mod:`runners.torchrun.allocator` says why they matter and the policy that keeps them at zero).
+:mod:`runners.torchrun.allocator` says why they matter).
 Where a step does not end at a synchronisation
 (ByteScheduler's step returns while its partitions still travel) the ranks' step boundaries drift apart, and the
 maximum over ranks of one iteration exceeds the period: the mean over iterations of that maximum is at least
