@@ -54,3 +54,16 @@ def test_the_counter_counts_memory_faulted_in_afresh() -> None:
     # (its default threshold, fixed once set), none once the heap keeps what was freed (threshold 32 MiB, no trim)
     assert _faults_per_step(MAPPED) >= 2600
     assert _faults_per_step(KEPT) <= 16
+
+
+def test_a_run_whose_faults_cost_two_percent_of_its_step_is_warned() -> None:
+    # flattened BSP in a fresh process under glibc's policy (diagnostics_malloc_faults, section 5): 6,458 pages a
+    # step x 3.0 us = 19.4 ms of a 287 ms step, 6.8%: warned; ByteScheduler in validate's long-lived ranks under the
+    # pinned settings (run16): 1,337 x 3.0 us = 4.0 ms of 477 ms, 0.84%: not
+    line = allocator.fault_warning(6458.0, 0.287)
+    assert line is not None and line.startswith("# warning: the training thread faulted 6458 pages a step")
+    assert "at least 19.4 ms (7% of the step)" in line and "MALLOC_TRIM_THRESHOLD_=68719476736" in line
+    assert allocator.fault_warning(1337.0, 0.477) is None
+    assert allocator.fault_warning(None, 0.3) is None and allocator.fault_warning(1e6, 0.0) is None
+    # the boundary: 2% of a 0.3 s step is 6 ms = 2,000 pages
+    assert allocator.fault_warning(2000.0, 0.3) is None and allocator.fault_warning(2001.0, 0.3) is not None

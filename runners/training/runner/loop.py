@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runners import results
-from runners.torchrun.allocator import thread_minor_faults
+from runners.torchrun.allocator import fault_warning, thread_minor_faults
 
 from .options import PARTS, Options, TrainError
 
@@ -393,6 +393,8 @@ def train(ctx: Context, opts: Options, stdout: Any = None) -> list[dict[str, Any
         f"p90 {res['time_p90_s'] * 1e3:.2f}, max over {ctx.world} ranks), "
         f"{res['throughput_samples_per_s']:.1f} samples/s")
     say("# medians (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in ms.items()))
+    if warned := fault_warning(res.get("minor_faults_per_step"), time_s):
+        say(warned)
     if opts.out and lead:
         say(f"# wrote {len(written)} record(s) to {opts.out}")
     return written
