@@ -20,8 +20,9 @@ cell. The launchers leave glibc's own policy; every record's run info says which
 resnet_small, three alternations: flattened BSP faulted 5,801-7,014 pages a step under glibc's policy and took
 245-287 ms, 123-152 pages and 220-238 ms with the two settings above (validate's long-lived ranks measured
 211-263 ms there over thirteen runs, median 219); ByteScheduler 8,844-9,380 against 1,708-2,141 pages, 415
-against 397 ms (mean over ranks, medians). ``commscope train`` therefore says so when a run's faults cost at least 2% of its step
-(:func:`fault_warning`), and how to keep them out: the launchers pass the caller's environment to the ranks.
+against 397 ms (mean over ranks, medians). ``commscope train`` therefore says so when a run's faults cost at
+least 2% of its step (:func:`fault_warning`), and how to keep them out: the launchers pass the caller's
+environment to the ranks.
 """
 
 from __future__ import annotations
