@@ -32,5 +32,8 @@ class _NoProcess(subprocess.Popen):
 def _app_inprocess_starts_no_process(request: pytest.FixtureRequest,
                                      monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     if request.node.get_closest_marker("app_inprocess"):
-        monkeypatch.setattr(subprocess, "Popen", _NoProcess)
+        import platform
+
+        platform.uname().processor  # noqa: B018 -- Python asks `uname -p` once, lazily; a record's run info may
+        monkeypatch.setattr(subprocess, "Popen", _NoProcess)  # be the first to: ask before the guard, not a test
     yield

@@ -56,14 +56,19 @@ def shipped_defaults(env: Any, host: Any = None) -> Any:
 
 def _counted(rs: Sequence[Mapping[str, Any]], tech: str, env: Any, p: int) -> dict[str, Any]:
     """The runner's counters per step (mean over the repetitions that kept them: ``counters`` of the iteration
-    records) and, for ByteScheduler, what the model prices one batch's negotiation at (``negotiation_priced_s``:
-    rank 0's broadcast of the batch mask, :func:`costmodels.schedules.blocks.negotiation_time`), to set beside
-    the measured seconds per batch."""
+    records), the training thread's page faults per step (``minor_faults_per_step``) and, for ByteScheduler,
+    what the model prices one batch's negotiation at (``negotiation_priced_s``: rank 0's broadcast of the batch
+    mask, :func:`costmodels.schedules.blocks.negotiation_time`), to set beside the measured seconds per batch."""
+    out: dict[str, Any] = {}
+    faults = [float(r["result"]["minor_faults_per_step"]) for r in rs
+              if isinstance(r["result"].get("minor_faults_per_step"), (int, float))]
+    if faults:  # the training thread's page faults per step (runners/torchrun/allocator.py), mean over repetitions
+        out["minor_faults_per_step"] = float(np.mean(faults))
     kept = [r["result"]["counters"] for r in rs if isinstance(r["result"].get("counters"), Mapping)]
     if not kept:
-        return {}
+        return out
     keys = sorted(set.intersection(*(set(c) for c in kept)))
-    out: dict[str, Any] = {"counters": {k: float(np.mean([float(c[k]) for c in kept])) for k in keys}}
+    out["counters"] = {k: float(np.mean([float(c[k]) for c in kept])) for k in keys}
     if tech == "bytescheduler" and "partitions" in out["counters"]:
         from costmodels.schedules.blocks import negotiation_time
 

@@ -51,6 +51,16 @@ def negotiation_figures(result: Mapping[str, Any]) -> dict[str, float]:
             "negotiation_priced_ms": _num(result.get("negotiation_priced_s")) * 1e3}
 
 
+def fault_figures(result: Mapping[str, Any]) -> dict[str, float]:
+    """The training thread's page faults in one validation record's ``result``: ``minor_faults_per_step`` and
+    ``fault_share``, the least they cost (:data:`runners.torchrun.allocator.FAULT_S_PER_PAGE` each) over the
+    measured iteration; NaN where the record kept none (runs before 2026-11-30)."""
+    from runners.torchrun.allocator import FAULT_S_PER_PAGE
+
+    faults = _num(result.get("minor_faults_per_step"))
+    return {"minor_faults_per_step": faults, "fault_share": faults * FAULT_S_PER_PAGE / result["measured_s"]}
+
+
 def table_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per validation record: technique, environment, p, model, the regime (communication share of the
     bsp iteration), measured ms with its spread, and each prediction in ms with its error."""
@@ -70,6 +80,7 @@ def table_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         # (b)'s standard error from the calibrated terms' covariance, relative to the measurement (as its error)
         row["error_calibrated_stderr"] = _num(s.get("predicted_calibrated_stderr_s")) / s["measured_s"]
         row.update(negotiation_figures(s))
+        row.update(fault_figures(s))
         rows.append(row)
     return rows
 
@@ -174,6 +185,25 @@ def negotiation_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def fault_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The cells whose ranks' training threads faulted pages costing at least 2% of the iteration
+    (:func:`fault_figures`; :data:`runners.torchrun.allocator.WARN_SHARE`), which no model prices; empty where none
+    did or no row counted them."""
+    from runners.torchrun.allocator import FAULT_S_PER_PAGE, WARN_SHARE
+
+    kept = [r for r in rows if math.isfinite(r.get("fault_share", math.nan)) and r["fault_share"] >= WARN_SHARE]
+    if not kept:
+        return []
+    lines = ["", "Page faults of the training thread (glibc handing memory back; at least "
+             f"{FAULT_S_PER_PAGE * 1e6:.0f} us a page, not priced by the models):", "",
+             "| technique | environment | model | faults per step | at least (ms) | share of the measured |",
+             "|---|---|---|---|---|---|"]
+    for r in kept:
+        lines.append(f"| {r['technique']} | {r['environment']} | {r['model']} | {r['minor_faults_per_step']:.0f} | "
+                     f"{r['minor_faults_per_step'] * FAULT_S_PER_PAGE * 1e3:.1f} | {r['fault_share']:.1%} |")
+    return lines
+
+
 def markdown(rows: Sequence[Mapping[str, Any]], command: str, notes: Sequence[str] = ()) -> str:
     """The report as markdown: the command, its notes, the regimes, the rows, then per prediction the median and max
     error per environment and the winner figure."""
@@ -193,6 +223,7 @@ def markdown(rows: Sequence[Mapping[str, Any]], command: str, notes: Sequence[st
         lines.append(f"| {r['technique']} | {r['environment']} | {r['p']} | {r['model']} | {r['measured_ms']:.2f} | "
                      f"{spread} | " + " | ".join(cells) + " |")
     lines += negotiation_lines(rows)
+    lines += fault_lines(rows)
     for key, label in LABELS.items():
         lines += ["", f"**{label}**", "",
                   "| environment | cells | median abs. error | max abs. error | within spread |",
