@@ -48,7 +48,16 @@ def _faults_per_step(env: dict[str, str]) -> int:
     return int(out.stdout.split()[-1])
 
 
+def _huge_pages_always() -> bool:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as fh:
+            return "[always]" in fh.read()
+    except OSError:
+        return False
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RUSAGE_THREAD and glibc's malloc are Linux's")
+@pytest.mark.skipif(_huge_pages_always(), reason="transparent huge pages 'always': a fresh map faults 2 MiB at once")
 def test_the_counter_counts_memory_faulted_in_afresh() -> None:
     # 10.25 MiB a step = 2,624 pages of 4 KiB: all faulted afresh when glibc maps every allocation from 128 KiB
     # (its default threshold, fixed once set), none once the heap keeps what was freed (threshold 32 MiB, no trim)
